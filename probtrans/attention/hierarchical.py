@@ -1,0 +1,64 @@
+"""H-STO-TRANS: hierarchical stochastic attention over learned centroids (Pei et al. 2022).
+
+Equations 14–17 of the paper.
+
+Per head, with centroids C ∈ R^{d_h × c}:
+    â_c ~ RelaxedOneHotCategorical(τ₁, logits = k C)      (Eq. 14)   (B, H, L, c)
+    k̂   = â_c Cᵀ                                          (Eq. 15)   (B, H, L, d_h)
+    â_v ~ RelaxedOneHotCategorical(τ₂, logits = q k̂ᵀ)     (Eq. 16)   (B, H, L, L)
+    h   = â_v v                                            (Eq. 17)
+The authors' code shares one centroid matrix per layer across heads with c = 2; ``centroids =
+"head"`` gives each head its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from probtrans.attention.base import (
+    MultiHeadAttention,
+    masked_logits,
+    relaxed_one_hot,
+    sample_attention,
+)
+
+
+@dataclass
+class HierarchicalOptions:
+    kind: Literal["h_sto"] = "h_sto"
+    tau1: float = 1.0  # temperature of the attention of keys over centroids
+    tau2: float = 1.0  # temperature of the attention of queries over values
+    n_centroids: int = 2
+    centroids: Literal["layer", "head"] = "layer"  # one centroid matrix per layer, or per head
+    hard: bool = False  # straight-through one-hot samples at both levels
+    dropout: float = 0.0  # dropout on the sampled value attention
+    positive: ClassVar[tuple[str, ...]] = ("tau1", "tau2", "n_centroids")
+
+
+class HierarchicalAttention(MultiHeadAttention):
+    """Two sample sites per layer: ``{prefix}.a_c`` (H, L, c) and ``{prefix}.a_v`` (H, L, L)."""
+
+    sample_sites = ("a_c", "a_v")
+
+    def __init__(self, d_model: int, n_heads: int, options: HierarchicalOptions, site_prefix: str):
+        super().__init__(d_model, n_heads, site_prefix)
+        self.tau1, self.tau2 = options.tau1, options.tau2
+        self.hard = options.hard
+        self.dropout = options.dropout
+        shape = (self.d_head, options.n_centroids)
+        if options.centroids == "head":
+            shape = (n_heads, *shape)
+        self.centroids = nn.Parameter(torch.randn(shape) * self.d_head**-0.5)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None) -> Tensor:
+        C = self.centroids  # (d_h, c) or (H, d_h, c); broadcasts over (B, H)
+        a_c = sample_attention(self.site("a_c"), relaxed_one_hot(self.tau1, k @ C, self.hard))
+        k_hat = a_c @ C.transpose(-1, -2)  # (B, H, L, d_h)
+        logits = masked_logits(q @ k_hat.transpose(-1, -2), key_mask)
+        a_v = sample_attention(self.site("a_v"), relaxed_one_hot(self.tau2, logits, self.hard))
+        return F.dropout(a_v, self.dropout, self.training) @ v

@@ -1,0 +1,47 @@
+"""STO-TRANS: stochastic attention weights (Pei et al. 2022, Eq. 9–11).
+
+Per head, â ~ RelaxedOneHotCategorical(τ, logits = q kᵀ) row-wise and h = â v; equivalently
+â = softmax((q kᵀ + g) / τ) with g iid Gumbel(0, 1). As in the authors' code there is no 1/√d
+scaling: τ absorbs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import torch.nn.functional as F
+from torch import Tensor
+
+from probtrans.attention.base import (
+    MultiHeadAttention,
+    masked_logits,
+    relaxed_one_hot,
+    sample_attention,
+)
+
+
+@dataclass
+class StochasticOptions:
+    kind: Literal["sto"] = "sto"
+    tau: float = 1.0  # Gumbel-softmax temperature of the attention over values
+    hard: bool = False  # straight-through one-hot samples (authors' CoLA setting)
+    dropout: float = 0.0  # dropout on the sampled attention weights
+    positive: ClassVar[tuple[str, ...]] = ("tau",)
+
+
+class StochasticAttention(MultiHeadAttention):
+    """Attention weights as the sample site ``{prefix}.a_v`` with event shape (H, L, L)."""
+
+    sample_sites = ("a_v",)
+
+    def __init__(self, d_model: int, n_heads: int, options: StochasticOptions, site_prefix: str):
+        super().__init__(d_model, n_heads, site_prefix)
+        self.tau = options.tau
+        self.hard = options.hard
+        self.dropout = options.dropout
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None) -> Tensor:
+        logits = masked_logits(q @ k.transpose(-1, -2), key_mask)  # (B, H, L, L)
+        a_v = sample_attention(self.site("a_v"), relaxed_one_hot(self.tau, logits, self.hard))
+        return F.dropout(a_v, self.dropout, self.training) @ v

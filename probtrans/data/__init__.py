@@ -1,0 +1,68 @@
+"""Data sets as tensors: splits for training, validation, in-domain test and out-of-domain test.
+
+Every loader returns a :class:`DataBundle`; models only see :class:`DataSplit` tensors, so a new
+data set needs a loader and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from probtrans.config import DataSpec
+from probtrans.errors import ConfigError
+
+
+@dataclass
+class DataSplit:
+    """inputs: images (N, C, H, W) or token ids (N, L); mask: (N, L) bool or None; labels: (N,)."""
+
+    inputs: Tensor
+    labels: Tensor
+    mask: Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def batches(
+        self, batch_size: int, shuffle: bool = False, generator: torch.Generator | None = None
+    ) -> Iterator[tuple[Tensor, Tensor, Tensor | None, Tensor]]:
+        """Yield (index, inputs, mask, labels) minibatches; ``index`` locates them in the split."""
+        order = (
+            torch.randperm(len(self), generator=generator) if shuffle else torch.arange(len(self))
+        )
+        for index in order.split(batch_size):
+            mask = None if self.mask is None else self.mask[index]
+            yield index, self.inputs[index], mask, self.labels[index]
+
+
+@dataclass
+class DataBundle:
+    """The four splits of a task and what a model needs to know about its inputs."""
+
+    name: str
+    train: DataSplit
+    val: DataSplit
+    test: DataSplit
+    ood: DataSplit
+    class_names: list[str]
+    kind: str  # "image" or "tokens"
+    image_shape: tuple[int, int, int] | None = None
+    vocab_size: int | None = None
+    description: dict = field(default_factory=dict)
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.class_names)
+
+
+def load_data(spec: DataSpec) -> DataBundle:
+    """Load the data set named in a model spec's ``[data]`` table."""
+    if spec.name == "digits":
+        from probtrans.data.digits import load_digits_bundle
+
+        return load_digits_bundle(spec)
+    raise ConfigError(f"data.name = {spec.name!r}: unknown data set")

@@ -1,0 +1,57 @@
+"""``probtrans describe``: every Pyro sample site of a model — what is random in it."""
+
+from __future__ import annotations
+
+import pyro
+import torch
+from pyro import poutine
+from pyro.distributions import Independent
+
+from probtrans.config import ModelSpec
+from probtrans.data import load_data
+from probtrans.model import build_classifier
+
+
+def site_table(spec: ModelSpec, batch_size: int = 2) -> list[dict[str, str]]:
+    """Trace the model of ``spec`` on ``batch_size`` training examples and list its sample sites:
+    name, distribution class (unwrapping ``Independent``), batch shape, event shape, role."""
+    data = load_data(spec.data)
+    classifier = build_classifier(spec, data)
+    _, inputs, mask, labels = next(data.train.batches(batch_size))
+    pyro.set_rng_seed(0)
+    with torch.no_grad():
+        trace = poutine.trace(classifier).get_trace(inputs, mask, labels)
+    rows = []
+    for name, site in trace.nodes.items():
+        if site["type"] != "sample" or site["infer"].get("_deterministic"):
+            continue
+        fn = site["fn"]
+        base = fn
+        while isinstance(base, Independent):  # .to_event(n) wrappers
+            base = base.base_dist
+        if type(base).__name__ == "_Subsample":
+            continue
+        role = (
+            "observed"
+            if site["is_observed"]
+            else ("local (per example)" if site["cond_indep_stack"] else "global")
+        )
+        rows.append(
+            {
+                "site": name,
+                "distribution": type(base).__name__,
+                "batch_shape": str(tuple(fn.batch_shape)),
+                "event_shape": str(tuple(fn.event_shape)),
+                "role": role,
+            }
+        )
+    return rows
+
+
+def format_sites(rows: list[dict[str, str]]) -> str:
+    columns = ("site", "distribution", "batch_shape", "event_shape", "role")
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
+    lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
+    lines.append("  ".join("-" * widths[c] for c in columns))
+    lines += ["  ".join(r[c].ljust(widths[c]) for c in columns) for r in rows]
+    return "\n".join(lines)

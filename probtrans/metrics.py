@@ -1,0 +1,368 @@
+"""Metrics over posterior-predictive samples: accuracy, calibration, uncertainty, OOD, selection.
+
+Conventions used throughout:
+
+* ``probs`` has shape (S, N, C): the class probabilities p_s(c | x_n) under posterior sample s.
+* ``mean_probs`` has shape (N, C): the posterior predictive p(c | x_n) = (1/S) Σ_s p_s(c | x_n).
+* ``labels`` has shape (N,): integer classes in [0, C).
+* Entropies are in nats; 0 · log 0 is taken as 0.
+* Calibration uses ``n_bins`` equal-width bins on [0, 1] with edges e_b = b / n_bins. Bin b
+  (b = 0 … n_bins - 1) holds the values v with e_b < v ≤ e_{b+1}; the first bin also holds
+  v = 0, so a value of exactly 1.0 falls in the last bin and a value on an inner edge falls in
+  the lower of the two bins.
+
+Only numpy and scikit-learn are used; every function returns numpy arrays or Python floats.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from sklearn.metrics import (
+    average_precision_score,
+    matthews_corrcoef,
+    roc_auc_score,
+    roc_curve,
+)
+
+OodScore = Literal["entropy", "mutual_information", "max_probability"]
+_PROB_FLOOR = 1e-12  # p(y) is clamped here before taking the log in the NLL
+
+
+# ----------------------------------------------------------------------------- input checks
+def _check_probs(probs: np.ndarray, name: str = "probs") -> np.ndarray:
+    probs = np.asarray(probs, dtype=np.float64)
+    if probs.ndim != 3:
+        raise ValueError(
+            f"{name} must be 3-D (samples S, examples N, classes C), got shape {probs.shape}"
+        )
+    if 0 in probs.shape:
+        raise ValueError(f"{name} must not be empty, got shape {probs.shape}")
+    return probs
+
+
+def _check_mean_probs(mean_probs: np.ndarray) -> np.ndarray:
+    mean_probs = np.asarray(mean_probs, dtype=np.float64)
+    if mean_probs.ndim != 2:
+        raise ValueError(
+            f"mean_probs must be 2-D (examples N, classes C), got shape {mean_probs.shape}"
+        )
+    if 0 in mean_probs.shape:
+        raise ValueError(f"mean_probs must not be empty, got shape {mean_probs.shape}")
+    return mean_probs
+
+
+def _check_labels(labels: np.ndarray, n_examples: int, n_classes: int) -> np.ndarray:
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or labels.shape[0] != n_examples:
+        raise ValueError(
+            f"labels must have shape ({n_examples},) to match the predictions, "
+            f"got shape {labels.shape}"
+        )
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"labels must be integers, got dtype {labels.dtype}")
+    if labels.min() < 0 or labels.max() >= n_classes:
+        raise ValueError(
+            f"labels must lie in [0, {n_classes}), got values in [{labels.min()}, {labels.max()}]"
+        )
+    return labels
+
+
+def _check_n_bins(n_bins: int) -> None:
+    if n_bins < 1:
+        raise ValueError(f"n_bins must be at least 1, got {n_bins}")
+
+
+def _mean_probs_and_labels(
+    mean_probs: np.ndarray, labels: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    mean_probs = _check_mean_probs(mean_probs)
+    labels = _check_labels(labels, mean_probs.shape[0], mean_probs.shape[1])
+    return mean_probs, labels
+
+
+def _entropy(p: np.ndarray) -> np.ndarray:
+    """H(p) = -Σ_c p_c log p_c over the last axis, with 0 · log 0 = 0."""
+    positive = p > 0
+    plogp = np.where(positive, p * np.log(np.where(positive, p, 1.0)), 0.0)
+    return -plogp.sum(axis=-1)
+
+
+# ----------------------------------------------------------------------------- predictive
+def predictive_mean(probs: np.ndarray) -> np.ndarray:
+    """Posterior predictive p(c | x_n) = (1/S) Σ_s p_s(c | x_n); shape (S, N, C) → (N, C)."""
+    return _check_probs(probs).mean(axis=0)
+
+
+# ----------------------------------------------------------------------------- accuracy
+def accuracy(mean_probs: np.ndarray, labels: np.ndarray) -> float:
+    """Fraction of examples with argmax_c p(c | x_n) = y_n."""
+    mean_probs, labels = _mean_probs_and_labels(mean_probs, labels)
+    return float(np.mean(mean_probs.argmax(axis=1) == labels))
+
+
+def mcc(mean_probs: np.ndarray, labels: np.ndarray) -> float:
+    """Matthews correlation coefficient of the argmax predictions (multiclass, via scikit-learn)."""
+    mean_probs, labels = _mean_probs_and_labels(mean_probs, labels)
+    return float(matthews_corrcoef(labels, mean_probs.argmax(axis=1)))
+
+
+def nll(mean_probs: np.ndarray, labels: np.ndarray) -> float:
+    """Negative log-likelihood (1/N) Σ_n -log max(p(y_n | x_n), 1e-12)."""
+    mean_probs, labels = _mean_probs_and_labels(mean_probs, labels)
+    p_true = mean_probs[np.arange(labels.size), labels]
+    return float(np.mean(-np.log(np.maximum(p_true, _PROB_FLOOR))))
+
+
+def brier(mean_probs: np.ndarray, labels: np.ndarray) -> float:
+    """Multiclass Brier score (1/N) Σ_n Σ_c (p(c | x_n) - 1[y_n = c])²; it lies in [0, 2]."""
+    mean_probs, labels = _mean_probs_and_labels(mean_probs, labels)
+    onehot = np.eye(mean_probs.shape[1])[labels]
+    return float(np.mean(np.sum((mean_probs - onehot) ** 2, axis=1)))
+
+
+# ----------------------------------------------------------------------------- calibration
+def _bin_index(values: np.ndarray, n_bins: int) -> np.ndarray:
+    """Bin of each value in [0, 1]: bins are (lo, hi], the first also holds 0 (module docstring)."""
+    inner_edges = np.linspace(0.0, 1.0, n_bins + 1)[1:-1]
+    return np.searchsorted(inner_edges, values, side="left")
+
+
+def _binned_means(
+    values: np.ndarray, hits: np.ndarray, n_bins: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-bin count, mean value and mean hit; the means are NaN in empty bins."""
+    index = _bin_index(values, n_bins)
+    count = np.bincount(index, minlength=n_bins)
+    value_sum = np.bincount(index, weights=values, minlength=n_bins)
+    hit_sum = np.bincount(index, weights=hits.astype(np.float64), minlength=n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return count, value_sum / count, hit_sum / count
+
+
+def calibration_bins(
+    mean_probs: np.ndarray, labels: np.ndarray, n_bins: int = 15
+) -> dict[str, np.ndarray]:
+    """Top-label reliability bins (Guo et al. 2017, "On Calibration of Modern Neural Networks").
+
+    The confidence of example n is conf_n = max_c p(c | x_n) and it is correct when
+    argmax_c p(c | x_n) = y_n. The confidences are put in ``n_bins`` equal-width bins on [0, 1]:
+    bin b is (b / n_bins, (b + 1) / n_bins], except that the first bin also includes 0 (so a
+    confidence of exactly 1.0 lands in the last bin and one on an inner edge in the lower bin).
+
+    Returns a dict with arrays
+      * ``edges`` (n_bins + 1,): the bin edges 0, 1/n_bins, …, 1;
+      * ``count`` (n_bins,): n_b, the number of examples in bin b;
+      * ``confidence`` (n_bins,): conf_b = mean confidence in bin b (NaN if the bin is empty);
+      * ``accuracy`` (n_bins,): acc_b = fraction correct in bin b (NaN if the bin is empty).
+    """
+    _check_n_bins(n_bins)
+    mean_probs, labels = _mean_probs_and_labels(mean_probs, labels)
+    confidence = mean_probs.max(axis=1)
+    correct = mean_probs.argmax(axis=1) == labels
+    count, bin_confidence, bin_accuracy = _binned_means(confidence, correct, n_bins)
+    return {
+        "edges": np.linspace(0.0, 1.0, n_bins + 1),
+        "count": count,
+        "confidence": bin_confidence,
+        "accuracy": bin_accuracy,
+    }
+
+
+def _calibration_gaps(
+    mean_probs: np.ndarray, labels: np.ndarray, n_bins: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Counts and |acc_b - conf_b| of the non-empty top-label bins."""
+    bins = calibration_bins(mean_probs, labels, n_bins)
+    filled = bins["count"] > 0
+    return bins["count"][filled], np.abs(bins["accuracy"] - bins["confidence"])[filled]
+
+
+def ece(mean_probs: np.ndarray, labels: np.ndarray, n_bins: int = 15) -> float:
+    """Top-label expected calibration error (Guo et al. 2017).
+
+    ECE = Σ_b (n_b / N) |acc_b - conf_b| over the bins of :func:`calibration_bins`; empty bins
+    contribute nothing.
+    """
+    count, gap = _calibration_gaps(mean_probs, labels, n_bins)
+    return float(np.sum(count * gap) / np.sum(count))
+
+
+def mce(mean_probs: np.ndarray, labels: np.ndarray, n_bins: int = 15) -> float:
+    """Maximum calibration error (Guo et al. 2017): MCE = max_b |acc_b - conf_b| over non-empty
+    bins of :func:`calibration_bins`."""
+    _, gap = _calibration_gaps(mean_probs, labels, n_bins)
+    return float(gap.max())
+
+
+def ece_all_classes(mean_probs: np.ndarray, labels: np.ndarray, n_bins: int = 15) -> float:
+    """All-class ("classwise", "static") calibration error.
+
+    For every class c, the N values p(c | x_n) are binned with the same bins as
+    :func:`calibration_bins` (equal width on [0, 1], (lo, hi], first bin includes 0). In bin b of
+    class c, with n_{c,b} examples, let conf_{c,b} be the mean of p(c | x_n) and freq_{c,b} the
+    fraction of those examples with y_n = c. Then
+
+        ECE_all = Σ_c Σ_b n_{c,b} / (N · C) · |freq_{c,b} - conf_{c,b}|,
+
+    i.e. the per-class ECEs averaged over the C classes; empty bins contribute nothing.
+    """
+    _check_n_bins(n_bins)
+    mean_probs, labels = _mean_probs_and_labels(mean_probs, labels)
+    n_examples, n_classes = mean_probs.shape
+    total = 0.0
+    for c in range(n_classes):
+        count, conf, freq = _binned_means(mean_probs[:, c], labels == c, n_bins)
+        filled = count > 0
+        total += float(np.sum(count[filled] * np.abs(freq[filled] - conf[filled])))
+    return total / (n_examples * n_classes)
+
+
+# ----------------------------------------------------------------------------- uncertainty
+def predictive_entropy(probs: np.ndarray) -> np.ndarray:
+    """Entropy of the posterior predictive, H[p̄(· | x_n)] = -Σ_c p̄_c log p̄_c (nats); shape (N,)."""
+    return _entropy(predictive_mean(probs))
+
+
+def expected_entropy(probs: np.ndarray) -> np.ndarray:
+    """Expected entropy (aleatoric part), (1/S) Σ_s H[p_s(· | x_n)] (nats); shape (N,)."""
+    return _entropy(_check_probs(probs)).mean(axis=0)
+
+
+def mutual_information(probs: np.ndarray) -> np.ndarray:
+    """Mutual information between label and parameters (epistemic part, "BALD"); shape (N,).
+
+    MI_n = H[p̄(· | x_n)] - (1/S) Σ_s H[p_s(· | x_n)] ≥ 0, clipped at 0 against rounding error.
+    """
+    return np.maximum(predictive_entropy(probs) - expected_entropy(probs), 0.0)
+
+
+def max_probability(mean_probs: np.ndarray) -> np.ndarray:
+    """Top-label confidence max_c p(c | x_n); shape (N,)."""
+    return _check_mean_probs(mean_probs).max(axis=1)
+
+
+def std_true_class(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Spread of the true-class probability over posterior samples; shape (N,).
+
+    std_n = sqrt((1/S) Σ_s (p_s(y_n | x_n) - p̄(y_n | x_n))²), the population std (ddof = 0).
+    """
+    probs = _check_probs(probs)
+    labels = _check_labels(labels, probs.shape[1], probs.shape[2])
+    return probs[:, np.arange(labels.size), labels].std(axis=0)
+
+
+# ----------------------------------------------------------------------------- OOD detection
+def ood_scores(score_in: np.ndarray, score_out: np.ndarray) -> dict[str, float]:
+    """Out-of-domain detection quality of a score where higher means "more likely OOD".
+
+    Following Hendrycks & Gimpel 2017 ("A Baseline for Detecting Misclassified and
+    Out-of-Distribution Examples"), OOD examples are the positive class:
+      * ``auroc``: area under the ROC curve (scikit-learn ``roc_auc_score``);
+      * ``aupr``: area under the precision-recall curve with OOD positive, as average precision
+        (scikit-learn ``average_precision_score``);
+      * ``fpr_at_95``: the fraction of in-domain examples whose score is ≥ the threshold at which
+        at least 95% of OOD examples are detected, i.e. the smallest FPR with TPR ≥ 0.95 on the
+        full (undropped) scikit-learn ``roc_curve``.
+    """
+    score_in = np.asarray(score_in, dtype=np.float64)
+    score_out = np.asarray(score_out, dtype=np.float64)
+    for name, score in (("score_in", score_in), ("score_out", score_out)):
+        if score.ndim != 1 or score.size == 0:
+            raise ValueError(f"{name} must be a non-empty 1-D array, got shape {score.shape}")
+    is_ood = np.concatenate([np.zeros(score_in.size), np.ones(score_out.size)])
+    score = np.concatenate([score_in, score_out])
+    fpr, tpr, _ = roc_curve(is_ood, score, drop_intermediate=False)
+    return {
+        "auroc": float(roc_auc_score(is_ood, score)),
+        "aupr": float(average_precision_score(is_ood, score)),
+        "fpr_at_95": float(fpr[np.argmax(tpr >= 0.95)]),
+    }
+
+
+# ----------------------------------------------------------------------------- selective prediction
+def risk_coverage(mean_probs: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Risk-coverage curve of selective prediction by confidence (Geifman & El-Yaniv 2017).
+
+    Examples are sorted by max_c p(c | x_n), most confident first (ties keep their input order).
+    Keeping the k most confident examples gives coverage k / N and risk = (errors among them) / k,
+    for k = 1, …, N. Returns (coverage, risk), each of shape (N,).
+    """
+    mean_probs, labels = _mean_probs_and_labels(mean_probs, labels)
+    order = np.argsort(-mean_probs.max(axis=1), kind="stable")
+    errors = (mean_probs.argmax(axis=1) != labels)[order]
+    kept = np.arange(1, labels.size + 1)
+    return kept / labels.size, np.cumsum(errors) / kept
+
+
+def aurc(mean_probs: np.ndarray, labels: np.ndarray) -> float:
+    """Area under the risk-coverage curve (Geifman & El-Yaniv 2017): AURC = (1/N) Σ_k risk_k,
+    the mean risk over the N coverages of :func:`risk_coverage`. Lower is better."""
+    _, risk = risk_coverage(mean_probs, labels)
+    return float(risk.mean())
+
+
+# ----------------------------------------------------------------------------- summaries
+def classification_metrics(
+    probs: np.ndarray, labels: np.ndarray, n_bins: int = 15
+) -> dict[str, float]:
+    """All in-domain metrics of posterior-predictive samples ``probs`` (S, N, C).
+
+    Keys: accuracy, mcc, nll, brier, ece, mce, ece_all_classes (computed on the predictive mean),
+    entropy, mutual_information, std_true_class (means over examples), aurc.
+    """
+    probs = _check_probs(probs)
+    labels = _check_labels(labels, probs.shape[1], probs.shape[2])
+    mean_probs = probs.mean(axis=0)
+    return {
+        "accuracy": accuracy(mean_probs, labels),
+        "mcc": mcc(mean_probs, labels),
+        "nll": nll(mean_probs, labels),
+        "brier": brier(mean_probs, labels),
+        "ece": ece(mean_probs, labels, n_bins),
+        "mce": mce(mean_probs, labels, n_bins),
+        "ece_all_classes": ece_all_classes(mean_probs, labels, n_bins),
+        "entropy": float(predictive_entropy(probs).mean()),
+        "mutual_information": float(mutual_information(probs).mean()),
+        "std_true_class": float(std_true_class(probs, labels).mean()),
+        "aurc": aurc(mean_probs, labels),
+    }
+
+
+def _uncertainty_score(probs: np.ndarray, score: OodScore) -> np.ndarray:
+    """Per-example score where higher means "more likely OOD"."""
+    if score == "entropy":
+        return predictive_entropy(probs)
+    if score == "mutual_information":
+        return mutual_information(probs)
+    if score == "max_probability":
+        return 1.0 - max_probability(predictive_mean(probs))
+    raise ValueError(
+        f"score must be 'entropy', 'mutual_information' or 'max_probability', got {score!r}"
+    )
+
+
+def ood_metrics(
+    probs_in: np.ndarray, probs_out: np.ndarray, score: OodScore = "entropy"
+) -> dict[str, float]:
+    """OOD detection of in-domain ``probs_in`` (S, N_in, C) vs out-of-domain ``probs_out``
+    (S', N_out, C) with one uncertainty score (see :func:`ood_scores`).
+
+    ``score`` is "entropy" (predictive entropy), "mutual_information" or "max_probability"
+    (scored as 1 - max_c p(c | x) so that higher means more likely OOD).
+    Keys: ood_auroc, ood_aupr, ood_fpr95.
+    """
+    probs_in = _check_probs(probs_in, "probs_in")
+    probs_out = _check_probs(probs_out, "probs_out")
+    if probs_in.shape[2] != probs_out.shape[2]:
+        raise ValueError(
+            f"probs_in and probs_out must have the same number of classes, "
+            f"got {probs_in.shape[2]} and {probs_out.shape[2]}"
+        )
+    result = ood_scores(_uncertainty_score(probs_in, score), _uncertainty_score(probs_out, score))
+    return {
+        "ood_auroc": result["auroc"],
+        "ood_aupr": result["aupr"],
+        "ood_fpr95": result["fpr_at_95"],
+    }

@@ -1,0 +1,110 @@
+"""The Pyro classifier: p(y | x, W, â) = Categorical(softmax(head(encoder(x)))).
+
+Random variables of the model:
+- attention weights â of stochastic attention kinds, local sites inside the ``data`` plate;
+- optionally the network weights W, with Normal(0, s²) priors on all weights or on the last
+  layer only (``[model.prior]``), so that weight guides (MAP, mean-field, low-rank) mean something.
+  Without priors the weights are ordinary parameters (maximum likelihood).
+Minibatches enter through ``pyro.plate("data", N, subsample=index)``, so the ELBO is a
+per-data-set objective with the likelihood scaled by N / B.
+"""
+
+from __future__ import annotations
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro.nn import PyroModule, PyroSample
+from pyro.nn.module import to_pyro_module_
+from torch import Tensor, nn
+
+from probtrans.config import ModelSpec, PriorSpec
+from probtrans.data import DataBundle
+from probtrans.encoder import Encoder, PatchEmbedding, TokenEmbedding
+
+
+class Classifier(PyroModule):
+    """Encoder + linear head as a Pyro model.
+
+    Call as ``model(inputs, mask, labels, index=..., n_data=...)``; ``labels=None`` samples them.
+    Sites: weight priors (if any), attention sites ``layers.{i}.attn.a_*``, the deterministic
+    ``probs`` (B, C) and the likelihood ``obs``.
+    """
+
+    def __init__(self, encoder: nn.Module, d_model: int, n_classes: int, prior: PriorSpec) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.head = nn.Linear(d_model, n_classes)
+        to_pyro_module_(self)
+        #: initial values of the weights that carry priors (guides start from them)
+        self.initial_weights: dict[str, Tensor] = {}
+        self._weight_sites: list[tuple[PyroModule, str]] = []
+        if prior.weights != "none":
+            root = self.head if prior.weights == "last_layer" else self
+            prefix = "head." if prior.weights == "last_layer" else ""
+            self._put_priors(root, prefix, prior.scale)
+
+    def _put_priors(self, root: nn.Module, prefix: str, scale: float) -> None:
+        for module_name, module in list(root.named_modules()):
+            for name, param in list(module.named_parameters(recurse=False)):
+                site = f"{prefix}{module_name}.{name}" if module_name else f"{prefix}{name}"
+                self.initial_weights[site.removesuffix(".")] = param.detach().clone()
+                delattr(module, name)
+                setattr(
+                    module,
+                    name,
+                    PyroSample(dist.Normal(torch.zeros_like(param), scale).to_event(param.dim())),
+                )
+                self._weight_sites.append((module, name))
+
+    @property
+    def has_weight_priors(self) -> bool:
+        return bool(self._weight_sites)
+
+    def sample_weights(self) -> None:
+        """Draw every weight site once, outside the data plate; PyroModule caches the draws."""
+        for module, name in self._weight_sites:
+            getattr(module, name)
+
+    def forward(
+        self,
+        inputs: Tensor,
+        mask: Tensor | None = None,
+        labels: Tensor | None = None,
+        index: Tensor | None = None,
+        n_data: int | None = None,
+    ) -> Tensor:
+        """inputs (B, ...), mask (B, L), labels (B,), index (B,) positions in a data set of size
+        n_data (default: the batch is the whole data set) → logits (B, C)."""
+        self.sample_weights()
+        size = len(inputs) if n_data is None else n_data
+        subsample = (
+            index if index is not None else (torch.arange(size) if size == len(inputs) else None)
+        )
+        with pyro.plate("data", size, subsample_size=len(inputs), subsample=subsample):
+            logits = self.head(self.encoder(inputs, mask))
+            pyro.deterministic("probs", logits.softmax(-1), event_dim=1)
+            pyro.sample("obs", dist.Categorical(logits=logits), obs=labels)
+        return logits
+
+
+def build_classifier(spec: ModelSpec, data: DataBundle) -> Classifier:
+    """The classifier a model spec describes, sized for ``data``."""
+    net = spec.model
+    if data.kind == "image":
+        embedding = PatchEmbedding(data.image_shape, spec.data.patch_size, net.d_model)
+    else:
+        embedding = TokenEmbedding(data.vocab_size, net.max_len, net.d_model)
+    encoder = Encoder(
+        embedding,
+        net.attention,
+        net.d_model,
+        net.n_heads,
+        net.n_layers,
+        net.d_ff,
+        dropout=net.dropout,
+        norm=net.norm,
+        pooling=net.pooling,
+    )
+    pyro.clear_param_store()  # PyroModule parameters are looked up by name in the param store
+    return Classifier(encoder, net.d_model, data.n_classes, net.prior)

@@ -1,0 +1,123 @@
+"""Figures and terminal tables of a run's metrics (see :mod:`probtrans.metrics`).
+
+Figures are built on :class:`matplotlib.figure.Figure` objects, never on pyplot's global state,
+so no GUI backend is needed and a notebook's backend is left alone; PNGs are rendered by Agg.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from probtrans.metrics import calibration_bins, ece, ood_scores, predictive_entropy, predictive_mean
+
+
+def reliability_diagram(
+    ax: Axes,
+    mean_probs: np.ndarray,
+    labels: np.ndarray,
+    n_bins: int = 15,
+    label: str | None = None,
+) -> None:
+    """Draw the top-label reliability diagram (Guo et al. 2017) on ``ax``.
+
+    One bar per non-empty bin of :func:`probtrans.metrics.calibration_bins`, spanning the bin and
+    as high as the bin's accuracy; the diagonal is perfect calibration. The legend gives the ECE.
+    """
+    bins = calibration_bins(mean_probs, labels, n_bins)
+    filled = bins["count"] > 0
+    edges = bins["edges"]
+    error = ece(mean_probs, labels, n_bins)
+    bar_label = f"ECE = {error:.4f}" if label is None else f"{label} (ECE = {error:.4f})"
+    ax.bar(
+        edges[:-1][filled],
+        bins["accuracy"][filled],
+        width=np.diff(edges)[filled],
+        align="edge",
+        edgecolor="black",
+        alpha=0.7,
+        label=bar_label,
+    )
+    ax.plot([0.0, 1.0], [0.0, 1.0], linestyle="--", color="grey", label="perfect calibration")
+    ax.set_xlim(0.0, 1.0)
+    ax.set_ylim(0.0, 1.0)
+    ax.set_xlabel("confidence (top-label probability)")
+    ax.set_ylabel("accuracy")
+    ax.set_title("reliability diagram")
+    ax.legend(loc="upper left")
+
+
+def uncertainty_histograms(
+    ax: Axes,
+    score_in: np.ndarray,
+    score_out: np.ndarray,
+    name: str = "predictive entropy",
+) -> None:
+    """Draw overlaid density histograms of an uncertainty score, in-domain vs out-of-domain.
+
+    Both histograms share the same bins; the title gives the OOD AUROC of the score (OOD
+    positive, higher score = more likely OOD; :func:`probtrans.metrics.ood_scores`).
+    """
+    score_in = np.asarray(score_in, dtype=np.float64)
+    score_out = np.asarray(score_out, dtype=np.float64)
+    auroc = ood_scores(score_in, score_out)["auroc"]
+    edges = np.histogram_bin_edges(np.concatenate([score_in, score_out]), bins=30)
+    ax.hist(score_in, bins=edges, density=True, alpha=0.6, label="in-domain")
+    ax.hist(score_out, bins=edges, density=True, alpha=0.6, label="out-of-domain")
+    ax.set_xlabel(name)
+    ax.set_ylabel("density")
+    ax.set_title(f"{name}: OOD AUROC = {auroc:.4f}")
+    ax.legend()
+
+
+def save_run_figure(
+    path: str | os.PathLike[str],
+    probs_in: np.ndarray,
+    labels_in: np.ndarray,
+    probs_out: np.ndarray,
+    title: str = "",
+) -> Path:
+    """Write a two-panel PNG: the in-domain reliability diagram and the in- vs out-of-domain
+    predictive-entropy histograms. ``probs_in`` (S, N_in, C) and ``probs_out`` (S', N_out, C) are
+    posterior-predictive samples.
+
+    The file is written atomically: rendered to a temporary file in the same directory, then
+    moved over ``path`` with :func:`os.replace`. Missing parent directories are created. Returns
+    ``path`` as a :class:`~pathlib.Path`.
+    """
+    path = Path(path)
+    fig = Figure(figsize=(11.0, 4.5), layout="constrained")
+    reliability_ax, entropy_ax = fig.subplots(1, 2)
+    reliability_diagram(reliability_ax, predictive_mean(probs_in), labels_in)
+    uncertainty_histograms(entropy_ax, predictive_entropy(probs_in), predictive_entropy(probs_out))
+    if title:
+        fig.suptitle(title)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "wb") as tmp_file:
+            fig.savefig(tmp_file, format="png", dpi=120)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def format_table(metrics: dict[str, float], keys: Iterable[str] | None = None) -> str:
+    """A two-column text table, one ``metric  value`` row per key (values with 4 decimals,
+    right-aligned). ``keys`` picks and orders the rows; by default all keys, in dict order."""
+    keys = list(metrics) if keys is None else list(keys)
+    missing = [key for key in keys if key not in metrics]
+    if missing:
+        raise ValueError(f"format_table: keys not in metrics: {', '.join(missing)}")
+    rows = [("metric", "value"), *((key, f"{float(metrics[key]):.4f}") for key in keys)]
+    name_width = max(len(name) for name, _ in rows)
+    value_width = max(len(value) for _, value in rows)
+    return "\n".join(f"{name:<{name_width}}  {value:>{value_width}}" for name, value in rows)

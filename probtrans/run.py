@@ -1,0 +1,207 @@
+"""A run: fit a model spec with an inference spec, evaluate it, and keep everything in one folder.
+
+Run folder:
+    model.toml, inference.toml   the specs, copied verbatim
+    checkpoint.pt                classifier + guide state of the best validation epoch
+    history.json                 per-epoch ELBO and validation metrics
+    metrics.json                 in-domain test metrics and out-of-domain detection scores
+    predictive.nc                ArviZ InferenceData (NetCDF) of the test posterior predictive
+    report.png                   reliability diagram and ID vs OOD uncertainty histograms
+
+``fit_run`` trains into ``DIR.partial`` and only replaces ``DIR`` once the run is complete, so a
+failed or interrupted fit never destroys an earlier run.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from probtrans import metrics, report
+from probtrans.checkpoint import atomic_write, load_checkpoint, save_checkpoint
+from probtrans.config import (
+    InferenceSpec,
+    ModelSpec,
+    load_inference_spec,
+    load_model_spec,
+)
+from probtrans.data import DataBundle, load_data
+from probtrans.errors import ProbtransError
+from probtrans.guides import build_guide
+from probtrans.model import Classifier, build_classifier
+from probtrans.objective import self_guided
+from probtrans.predictive import inference_data, predict
+from probtrans.train import TrainState, fit
+
+HEADLINE = ("accuracy", "nll", "ece", "mce", "brier", "mutual_information", "ood_auroc", "ood_aupr")
+
+
+@dataclass
+class Run:
+    """A fitted (or reloaded) model with its specs, data, guide and folder."""
+
+    model_spec: ModelSpec
+    inference_spec: InferenceSpec
+    data: DataBundle
+    classifier: Classifier
+    guide: Callable
+    path: Path
+
+
+def check_device(device: str) -> str:
+    if device not in ("cpu", "cuda"):
+        raise ProbtransError(f"--device {device!r}: must be 'cpu' or 'cuda'")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ProbtransError("--device cuda: no CUDA device is available on this machine")
+    return device
+
+
+def write_json(path: Path, value: object) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(value, indent=2) + "\n"))
+
+
+def fit_run(
+    model_path: str | Path,
+    inference_path: str | Path,
+    out_dir: str | Path,
+    *,
+    epochs: int | None = None,
+    seed: int = 0,
+    device: str = "cpu",
+    progress: bool = True,
+) -> dict[str, float]:
+    """Train, evaluate and write a complete run folder; returns the metrics."""
+    device = check_device(device)
+    model_spec = load_model_spec(model_path)
+    inference_spec = load_inference_spec(inference_path)
+    if epochs is not None:
+        if epochs <= 0:
+            raise ProbtransError(f"--epochs {epochs}: must be > 0")
+        inference_spec.train.epochs = epochs
+    out_dir = Path(out_dir)
+    staging = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    shutil.copyfile(model_path, staging / "model.toml")
+    shutil.copyfile(inference_path, staging / "inference.toml")
+
+    data = load_data(model_spec.data)
+    classifier = build_classifier(model_spec, data)
+
+    def checkpoint(state: TrainState) -> None:
+        save_checkpoint(
+            staging / "checkpoint.pt",
+            {
+                "model_state": state.model_state,
+                "guide_state": state.guide_state,
+                "epoch": state.epoch,
+                "seed": seed,
+                "model_spec": (staging / "model.toml").read_text(),
+                "inference_spec": (staging / "inference.toml").read_text(),
+            },
+        )
+
+    start = time.perf_counter()
+    result = fit(
+        classifier,
+        data,
+        inference_spec,
+        seed=seed,
+        device=device,
+        on_improve=checkpoint,
+        progress=progress,
+    )
+    train_seconds = time.perf_counter() - start
+    write_json(staging / "history.json", result.history)
+    run = Run(model_spec, inference_spec, data, classifier, result.guide, staging)
+    scores = evaluate(run, device=device, seed=seed)
+    scores.update(train_seconds=train_seconds, best_epoch=result.best.epoch, seed=seed)
+    write_json(staging / "metrics.json", scores)
+    _replace_dir(staging, out_dir)
+    return scores
+
+
+def _replace_dir(new: Path, old: Path) -> None:
+    """Move the finished ``new`` folder to ``old``, removing the previous run only afterwards."""
+    trash = old.with_name(old.name + ".old")
+    shutil.rmtree(trash, ignore_errors=True)
+    if old.exists():
+        old.rename(trash)
+    new.rename(old)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def load_run(run_dir: str | Path, device: str = "cpu") -> Run:
+    """Rebuild the classifier and guide of a run folder from its checkpoint and spec copies."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ProbtransError(f"{run_dir}: no such run folder")
+    device = check_device(device)
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    model_spec = load_model_spec(run_dir / "model.toml")
+    inference_spec = load_inference_spec(run_dir / "inference.toml")
+    data = load_data(model_spec.data)
+    classifier = build_classifier(model_spec, data).to(device)
+    classifier.load_state_dict(state["model_state"])
+    model = self_guided(classifier)
+    guide = build_guide(model, classifier, inference_spec.guide)
+    index, inputs, mask, labels = next(data.train.batches(2))
+    with torch.no_grad():  # create the guide's parameters, then overwrite them
+        guide(inputs.to(device), None if mask is None else mask.to(device), labels.to(device))
+    guide.load_state_dict(state["guide_state"])
+    return Run(model_spec, inference_spec, data, classifier, guide, run_dir)
+
+
+def evaluate(
+    run: Run, *, samples: int | None = None, device: str = "cpu", seed: int = 0
+) -> dict[str, float]:
+    """Posterior predictive on the in-domain test and out-of-domain splits; writes
+    ``predictive.nc`` and ``report.png`` into the run folder and returns the metrics."""
+    import pyro
+
+    samples = samples or run.inference_spec.predictive.samples
+    batch = run.inference_spec.predictive.batch_size
+    pyro.set_rng_seed(seed)
+    test = predict(run.classifier, run.guide, run.data.test, samples, batch, device)
+    ood = predict(run.classifier, run.guide, run.data.ood, samples, batch, device)
+    labels = run.data.test.labels.numpy()
+    scores = metrics.classification_metrics(test["probs"], labels)
+    scores.update(metrics.ood_metrics(test["probs"], ood["probs"]))
+    scores["posterior_samples"] = samples
+    idata = inference_data(test, labels, run.data.class_names, ood=ood)
+    atomic_write(
+        run.path / "predictive.nc", lambda tmp: idata.to_netcdf(str(tmp), engine="h5netcdf")
+    )
+    report.save_run_figure(
+        run.path / "report.png",
+        test["probs"],
+        labels,
+        ood["probs"],
+        title=f"{run.data.name} · {run.model_spec.model.attention.kind} attention"
+        f" · guide {run.inference_spec.guide.name} · {samples} samples",
+    )
+    return scores
+
+
+def evaluate_run(
+    run_dir: str | Path, *, samples: int | None = None, device: str = "cpu", seed: int = 0
+) -> dict[str, float]:
+    """Reload a run folder, re-evaluate it and rewrite its metrics, predictive and report."""
+    run = load_run(run_dir, device)
+    previous = (
+        json.loads((run.path / "metrics.json").read_text())
+        if (run.path / "metrics.json").is_file()
+        else {}
+    )
+    scores = evaluate(run, samples=samples, device=device, seed=seed)
+    for key in ("train_seconds", "best_epoch", "seed"):
+        if key in previous:
+            scores.setdefault(key, previous[key])
+    write_json(run.path / "metrics.json", scores)
+    return scores

@@ -1,0 +1,154 @@
+"""SVI training loop: ELBO, optimiser with a learning-rate schedule, KL weight and annealing,
+validation after every epoch, early stopping, best-state checkpoints.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyro
+import pyro.optim
+import torch
+from pyro.infer import SVI
+from pyro.optim.clipped_adam import ClippedAdam
+from tqdm.auto import tqdm
+
+from probtrans import metrics
+from probtrans.config import InferenceSpec, OptimSpec
+from probtrans.data import DataBundle
+from probtrans.guides import build_guide
+from probtrans.model import Classifier
+from probtrans.objective import KLWeight, make_elbo, self_guided
+from probtrans.predictive import predict
+
+
+@dataclass
+class TrainState:
+    """Everything needed to resume or evaluate: module and guide state dicts, where it stopped."""
+
+    model_state: dict
+    guide_state: dict
+    epoch: int
+    val_metric: float
+
+
+@dataclass
+class TrainResult:
+    guide: Callable
+    history: list[dict] = field(default_factory=list)
+    best: TrainState | None = None
+
+
+def make_optimizer(spec: OptimSpec, total_steps: int) -> pyro.optim.PyroLRScheduler:
+    """Adam or ClippedAdam under a per-step schedule (constant, cosine decay, or exponential)."""
+    optim_args = {"lr": spec.lr, "weight_decay": spec.weight_decay}
+    if spec.name == "clipped_adam":
+        optimizer, optim_args["clip_norm"] = ClippedAdam, spec.clip_norm
+    else:
+        optimizer = torch.optim.Adam
+    schedules = {
+        "constant": lambda step: 1.0,
+        "cosine": lambda step: (
+            0.5 * (1.0 + math.cos(math.pi * min(step, total_steps) / total_steps))
+        ),
+        "exponential": lambda step: spec.gamma**step,
+    }
+    return pyro.optim.LambdaLR(
+        {"optimizer": optimizer, "optim_args": optim_args, "lr_lambda": schedules[spec.schedule]}
+    )
+
+
+def kl_weight_at(spec: InferenceSpec, epoch_progress: float) -> float:
+    """KL weight after ``epoch_progress`` epochs: linear warm-up over ``kl_anneal_epochs``."""
+    if spec.elbo.kl_anneal_epochs == 0:
+        return spec.elbo.kl_weight
+    return spec.elbo.kl_weight * min(1.0, epoch_progress / spec.elbo.kl_anneal_epochs)
+
+
+def validation_metric(
+    classifier: Classifier, guide: Callable, data: DataBundle, spec: InferenceSpec, device: str
+) -> dict[str, float]:
+    probs = predict(
+        classifier, guide, data.val, spec.train.val_samples, spec.predictive.batch_size, device
+    )["probs"]
+    mean = metrics.predictive_mean(probs)
+    labels = data.val.labels.numpy()
+    return {"val_accuracy": metrics.accuracy(mean, labels), "val_nll": metrics.nll(mean, labels)}
+
+
+def fit(
+    classifier: Classifier,
+    data: DataBundle,
+    spec: InferenceSpec,
+    *,
+    seed: int = 0,
+    device: str = "cpu",
+    on_improve: Callable[[TrainState], None] | None = None,
+    progress: bool = True,
+) -> TrainResult:
+    """Train ``classifier`` on ``data.train`` by SVI; keep the best state on validation.
+
+    ``on_improve`` is called with every new best state (e.g. to write a checkpoint).
+    """
+    pyro.set_rng_seed(seed)
+    classifier.to(device)
+    model = self_guided(classifier)
+    guide = build_guide(model, classifier, spec.guide)
+    kl = KLWeight(spec.elbo.kl_weight)
+    n_train = len(data.train)
+    steps_per_epoch = math.ceil(n_train / spec.train.batch_size)
+    optimizer = make_optimizer(spec.optim, spec.train.epochs * steps_per_epoch)
+    svi = SVI(kl(model), kl(guide), optimizer, loss=make_elbo(spec.elbo))
+    generator = torch.Generator().manual_seed(seed)
+
+    result = TrainResult(guide=guide)
+    higher_is_better = spec.train.monitor == "accuracy"
+    bad_epochs = 0
+    bar = tqdm(range(1, spec.train.epochs + 1), desc="SVI", unit="epoch", disable=not progress)
+    for epoch in bar:
+        classifier.train()
+        total = 0.0
+        for step, (index, inputs, mask, labels) in enumerate(
+            data.train.batches(spec.train.batch_size, shuffle=True, generator=generator)
+        ):
+            kl.weight = kl_weight_at(spec, epoch - 1 + step / steps_per_epoch)
+            inputs, labels = inputs.to(device), labels.to(device)
+            mask = None if mask is None else mask.to(device)
+            total += svi.step(inputs, mask, labels, index=index.to(device), n_data=n_train)
+            optimizer.step()  # advance the learning-rate schedule
+        classifier.eval()
+        record = {
+            "epoch": epoch,
+            "elbo": -total / steps_per_epoch / n_train,
+            "kl_weight": kl.weight,
+        }
+        record.update(validation_metric(classifier, guide, data, spec, device))
+        result.history.append(record)
+        value = record[f"val_{spec.train.monitor}"]
+        improved = result.best is None or (
+            value > result.best.val_metric if higher_is_better else value < result.best.val_metric
+        )
+        if improved:
+            result.best = TrainState(
+                copy.deepcopy(classifier.state_dict()),
+                copy.deepcopy(guide.state_dict()),
+                epoch,
+                value,
+            )
+            bad_epochs = 0
+            if on_improve is not None:
+                on_improve(result.best)
+        else:
+            bad_epochs += 1
+        bar.set_postfix(
+            elbo=f"{record['elbo']:.3f}", **{f"val_{spec.train.monitor}": f"{value:.4f}"}
+        )
+        if spec.train.patience and bad_epochs >= spec.train.patience:
+            break
+    bar.close()
+    classifier.load_state_dict(result.best.model_state)
+    guide.load_state_dict(result.best.guide_state)
+    return result

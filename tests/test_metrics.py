@@ -1,0 +1,287 @@
+"""Tests of probtrans.metrics against scikit-learn and hand-worked examples."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from sklearn.metrics import (
+    accuracy_score,
+    average_precision_score,
+    brier_score_loss,
+    log_loss,
+    matthews_corrcoef,
+    roc_auc_score,
+)
+
+from probtrans import metrics
+
+
+@pytest.fixture
+def random_predictions() -> tuple[np.ndarray, np.ndarray]:
+    """Posterior samples (S=8, N=200, C=4) from a Dirichlet and random labels, fixed seed."""
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(4), size=(8, 200))
+    labels = rng.integers(0, 4, size=200)
+    return probs, labels
+
+
+# A hand-worked top-label calibration example: N = 6, C = 3, 5 bins of width 0.2.
+HAND_PROBS = np.array(
+    [
+        [0.90, 0.05, 0.05],  # conf 0.90, predicts 0, label 0: correct  -> bin 4
+        [0.10, 0.70, 0.20],  # conf 0.70, predicts 1, label 1: correct  -> bin 3
+        [0.30, 0.65, 0.05],  # conf 0.65, predicts 1, label 0: wrong    -> bin 3
+        [0.50, 0.30, 0.20],  # conf 0.50, predicts 0, label 0: correct  -> bin 2
+        [0.35, 0.45, 0.20],  # conf 0.45, predicts 1, label 2: wrong    -> bin 2
+        [1.00, 0.00, 0.00],  # conf 1.00, predicts 0, label 1: wrong    -> bin 4 (the last)
+    ]
+)
+HAND_LABELS = np.array([0, 1, 0, 0, 2, 1])
+
+
+# ----------------------------------------------------------------------------- accuracy & scores
+def test_predictive_mean_averages_samples(random_predictions):
+    probs, _ = random_predictions
+    mean = metrics.predictive_mean(probs)
+    assert mean.shape == (200, 4)
+    np.testing.assert_allclose(mean, probs.sum(axis=0) / 8)
+
+
+def test_accuracy_mcc_nll_brier_match_sklearn(random_predictions):
+    probs, labels = random_predictions
+    mean = metrics.predictive_mean(probs)
+    predicted = mean.argmax(axis=1)
+    assert metrics.accuracy(mean, labels) == pytest.approx(accuracy_score(labels, predicted))
+    assert metrics.mcc(mean, labels) == pytest.approx(matthews_corrcoef(labels, predicted))
+    assert metrics.nll(mean, labels) == pytest.approx(log_loss(labels, mean, labels=range(4)))
+    one_vs_rest = sum(brier_score_loss(labels == c, mean[:, c]) for c in range(4))
+    assert metrics.brier(mean, labels) == pytest.approx(one_vs_rest)
+
+
+def test_nll_clamps_zero_probability():
+    mean = np.array([[1.0, 0.0], [0.5, 0.5]])
+    labels = np.array([1, 0])
+    assert metrics.nll(mean, labels) == pytest.approx((-math.log(1e-12) + math.log(2)) / 2)
+
+
+def test_brier_hand_example():
+    mean = np.array([[0.7, 0.2, 0.1], [0.0, 0.0, 1.0]])
+    labels = np.array([0, 0])
+    # (0.3² + 0.2² + 0.1²) = 0.14 and (1 + 0 + 1) = 2 -> mean 1.07
+    assert metrics.brier(mean, labels) == pytest.approx(1.07)
+
+
+# ----------------------------------------------------------------------------- calibration
+def test_calibration_bins_hand_example():
+    bins = metrics.calibration_bins(HAND_PROBS, HAND_LABELS, n_bins=5)
+    np.testing.assert_allclose(bins["edges"], [0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    np.testing.assert_array_equal(bins["count"], [0, 0, 2, 2, 2])
+    np.testing.assert_allclose(bins["confidence"][2:], [0.475, 0.675, 0.95])
+    np.testing.assert_allclose(bins["accuracy"][2:], [0.5, 0.5, 0.5])
+    assert np.isnan(bins["confidence"][:2]).all()
+    assert np.isnan(bins["accuracy"][:2]).all()
+
+
+def test_ece_mce_hand_example():
+    # Gaps |acc - conf|: bin 2: 0.025, bin 3: 0.175, bin 4: 0.45, each bin holds 2 of 6.
+    expected_ece = (2 / 6) * (0.025 + 0.175 + 0.45)
+    assert metrics.ece(HAND_PROBS, HAND_LABELS, n_bins=5) == pytest.approx(expected_ece)
+    assert metrics.mce(HAND_PROBS, HAND_LABELS, n_bins=5) == pytest.approx(0.45)
+
+
+def test_confidence_one_goes_to_last_bin_and_inner_edge_to_lower_bin():
+    mean = np.array([[1.0, 0.0], [0.5, 0.5]])
+    labels = np.array([0, 1])
+    bins = metrics.calibration_bins(mean, labels, n_bins=2)
+    # 1.0 -> last bin (0.5, 1]; 0.5 sits on the inner edge -> first bin [0, 0.5].
+    np.testing.assert_array_equal(bins["count"], [1, 1])
+    np.testing.assert_allclose(bins["confidence"], [0.5, 1.0])
+    np.testing.assert_allclose(bins["accuracy"], [0.0, 1.0])  # argmax of [0.5, 0.5] is 0
+    assert metrics.ece(mean, labels, n_bins=2) == pytest.approx(0.25)
+    assert metrics.mce(mean, labels, n_bins=2) == pytest.approx(0.5)
+
+
+def test_perfectly_calibrated_predictions_have_zero_ece():
+    # 10 examples at confidence 0.8 of which 8 are right; 5 at confidence 0.6 of which 3 are right.
+    confident = np.tile([0.8, 0.2], (10, 1))
+    unsure = np.tile([0.4, 0.6], (5, 1))
+    mean = np.vstack([confident, unsure])
+    labels = np.array([0] * 8 + [1] * 2 + [1] * 3 + [0] * 2)
+    assert metrics.ece(mean, labels, n_bins=10) == pytest.approx(0.0, abs=1e-12)
+    assert metrics.mce(mean, labels, n_bins=10) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_ece_all_classes_hand_example():
+    mean = np.array([[0.8, 0.2], [0.4, 0.6]])
+    labels = np.array([0, 0])
+    # Class 0: 0.4 (y=0) in bin 0 -> |1 - 0.4| = 0.6; 0.8 (y=0) in bin 1 -> |1 - 0.8| = 0.2.
+    # Class 1: 0.2 (y!=1) in bin 0 -> |0 - 0.2| = 0.2; 0.6 (y!=1) in bin 1 -> |0 - 0.6| = 0.6.
+    # Each bin holds one example: sum = 1.6, divided by N * C = 4.
+    assert metrics.ece_all_classes(mean, labels, n_bins=2) == pytest.approx(0.4)
+
+
+def test_ece_all_classes_zero_when_calibrated_per_class():
+    # Per class, every bin's frequency equals its mean probability.
+    mean = np.tile([0.5, 0.5], (4, 1))
+    labels = np.array([0, 1, 0, 1])
+    assert metrics.ece_all_classes(mean, labels, n_bins=4) == pytest.approx(0.0, abs=1e-12)
+    assert metrics.ece_all_classes(mean, np.array([0, 0, 0, 1]), n_bins=4) == pytest.approx(0.25)
+
+
+# ----------------------------------------------------------------------------- uncertainty
+def test_entropy_of_uniform_is_log_c():
+    probs = np.full((3, 2, 5), 0.2)
+    np.testing.assert_allclose(metrics.predictive_entropy(probs), [math.log(5)] * 2)
+    np.testing.assert_allclose(metrics.expected_entropy(probs), [math.log(5)] * 2)
+
+
+def test_mutual_information_zero_for_identical_samples(random_predictions):
+    probs, _ = random_predictions
+    identical = np.repeat(probs[:1], 5, axis=0)
+    mi = metrics.mutual_information(identical)
+    assert mi.shape == (200,)
+    np.testing.assert_allclose(mi, 0.0, atol=1e-12)
+
+
+def test_mutual_information_positive_when_samples_disagree(random_predictions):
+    probs, _ = random_predictions
+    assert (metrics.mutual_information(probs) > 0).all()
+
+
+def test_entropy_and_mutual_information_two_sample_hand_example():
+    # Example 0: samples [1, 0] and [0, 1]. Example 1: samples [0.8, 0.2] and [0.4, 0.6].
+    probs = np.array([[[1.0, 0.0], [0.8, 0.2]], [[0.0, 1.0], [0.4, 0.6]]])
+
+    def h(p):
+        return -(p * math.log(p) + (1 - p) * math.log(1 - p))
+
+    np.testing.assert_allclose(metrics.predictive_entropy(probs), [math.log(2), h(0.6)])
+    np.testing.assert_allclose(metrics.expected_entropy(probs), [0.0, (h(0.8) + h(0.4)) / 2])
+    np.testing.assert_allclose(
+        metrics.mutual_information(probs), [math.log(2), h(0.6) - (h(0.8) + h(0.4)) / 2]
+    )
+
+
+def test_max_probability():
+    np.testing.assert_allclose(metrics.max_probability(HAND_PROBS), [0.9, 0.7, 0.65, 0.5, 0.45, 1])
+
+
+def test_std_true_class_hand_example():
+    # S = 3, N = 2, C = 2; true-class probabilities over samples: [0.2, 0.4, 0.6] and [0.9] * 3.
+    probs = np.array(
+        [
+            [[0.8, 0.2], [0.9, 0.1]],
+            [[0.6, 0.4], [0.9, 0.1]],
+            [[0.4, 0.6], [0.9, 0.1]],
+        ]
+    )
+    labels = np.array([1, 0])
+    result = metrics.std_true_class(probs, labels)
+    np.testing.assert_allclose(result, [math.sqrt(0.08 / 3), 0.0], atol=1e-12)
+    np.testing.assert_allclose(result[0], np.std([0.2, 0.4, 0.6]))
+
+
+# ----------------------------------------------------------------------------- OOD detection
+def test_ood_scores_perfect_and_reversed_separation():
+    score_in = np.array([0.1, 0.2, 0.3, 0.4])
+    score_out = np.array([0.6, 0.7, 0.8])
+    perfect = metrics.ood_scores(score_in, score_out)
+    assert perfect == {"auroc": 1.0, "aupr": 1.0, "fpr_at_95": 0.0}
+    reversed_ = metrics.ood_scores(score_out, score_in)
+    assert reversed_["auroc"] == 0.0
+    assert reversed_["fpr_at_95"] == 1.0
+
+
+def test_ood_scores_match_sklearn_on_random_scores():
+    rng = np.random.default_rng(1)
+    score_in = rng.normal(0.0, 1.0, size=300)
+    score_out = rng.normal(1.0, 1.0, size=150)
+    result = metrics.ood_scores(score_in, score_out)
+    is_ood = np.r_[np.zeros(300), np.ones(150)]
+    score = np.r_[score_in, score_out]
+    assert result["auroc"] == pytest.approx(roc_auc_score(is_ood, score))
+    assert result["aupr"] == pytest.approx(average_precision_score(is_ood, score))
+    # FPR@95 from its definition: threshold = largest t with >= 95% of OOD scores >= t.
+    threshold = np.sort(score_out)[::-1][math.ceil(0.95 * 150) - 1]
+    assert result["fpr_at_95"] == pytest.approx(np.mean(score_in >= threshold))
+
+
+def test_fpr_at_95_hand_example():
+    score_out = np.arange(10.0, 30.0)  # 20 OOD scores; >= 11 keeps 19 of 20 = 95%
+    score_in = np.array([0.0, 5.0, 10.5, 11.0, 12.0, 30.0])  # 11, 12, 30 are >= 11: 3 of 6
+    assert metrics.ood_scores(score_in, score_out)["fpr_at_95"] == pytest.approx(0.5)
+
+
+def test_fpr_at_95_uses_every_roc_threshold():
+    # ROC points (0, 0.9), (0.05, 0.95), (0.1, 1) are collinear; a curve with intermediate points
+    # dropped would skip the threshold 2.0 (19 of 20 OOD >= 2, 1 of 20 in-domain >= 2).
+    score_out = np.array([10.0] * 18 + [2.0, 1.0])
+    score_in = np.array([2.0, 1.0] + [0.0] * 18)
+    assert metrics.ood_scores(score_in, score_out)["fpr_at_95"] == pytest.approx(0.05)
+
+
+def test_ood_metrics_scores(random_predictions):
+    probs, _ = random_predictions
+    # Out-of-domain: every sample uniform -> maximal entropy, zero mutual information.
+    uniform = np.full((8, 50, 4), 0.25)
+    by_entropy = metrics.ood_metrics(probs, uniform, score="entropy")
+    assert set(by_entropy) == {"ood_auroc", "ood_aupr", "ood_fpr95"}
+    assert by_entropy["ood_auroc"] == 1.0
+    assert metrics.ood_metrics(probs, uniform, score="max_probability")["ood_auroc"] == 1.0
+    assert metrics.ood_metrics(probs, uniform, score="mutual_information")["ood_auroc"] == 0.0
+
+
+# ----------------------------------------------------------------------------- selective prediction
+def test_risk_coverage_and_aurc_hand_example():
+    # Confidences 0.9, 0.8, 0.7, 0.6 with correctness 1, 0, 1, 0, given in shuffled order.
+    mean = np.array([[0.3, 0.7], [0.9, 0.1], [0.4, 0.6], [0.2, 0.8]])
+    labels = np.array([1, 0, 0, 0])  # correct, correct, wrong, wrong
+    coverage, risk = metrics.risk_coverage(mean, labels)
+    np.testing.assert_allclose(coverage, [0.25, 0.5, 0.75, 1.0])
+    np.testing.assert_allclose(risk, [0 / 1, 1 / 2, 1 / 3, 2 / 4])
+    assert metrics.aurc(mean, labels) == pytest.approx((0 + 1 / 2 + 1 / 3 + 1 / 2) / 4)
+
+
+# ----------------------------------------------------------------------------- summaries & errors
+def test_classification_metrics_keys_and_values(random_predictions):
+    probs, labels = random_predictions
+    result = metrics.classification_metrics(probs, labels)
+    assert list(result) == [
+        "accuracy",
+        "mcc",
+        "nll",
+        "brier",
+        "ece",
+        "mce",
+        "ece_all_classes",
+        "entropy",
+        "mutual_information",
+        "std_true_class",
+        "aurc",
+    ]
+    assert all(isinstance(value, float) for value in result.values())
+    mean = probs.mean(axis=0)
+    assert result["ece"] == pytest.approx(metrics.ece(mean, labels, 15))
+    assert result["entropy"] == pytest.approx(metrics.predictive_entropy(probs).mean())
+
+
+def test_bad_shapes_raise():
+    probs = np.full((2, 3, 4), 0.25)
+    with pytest.raises(ValueError, match="must be 3-D"):
+        metrics.classification_metrics(probs[0], np.zeros(3, dtype=int))
+    with pytest.raises(ValueError, match=r"labels must have shape \(3,\)"):
+        metrics.classification_metrics(probs, np.zeros(5, dtype=int))
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 4\)"):
+        metrics.classification_metrics(probs, np.array([0, 1, 4]))
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 4\)"):
+        metrics.accuracy(probs[0], np.array([-1, 0, 0]))
+    with pytest.raises(ValueError, match="mean_probs must be 2-D"):
+        metrics.ece(probs, np.zeros(3, dtype=int))
+    with pytest.raises(ValueError, match="same number of classes"):
+        metrics.ood_metrics(probs, np.full((2, 3, 2), 0.5))
+    with pytest.raises(ValueError, match="score must be"):
+        metrics.ood_metrics(probs, probs, score="variance")
+    with pytest.raises(ValueError, match="score_out must be a non-empty 1-D array"):
+        metrics.ood_scores(np.zeros(3), np.zeros((2, 2)))
