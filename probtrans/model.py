@@ -38,7 +38,6 @@ class Classifier(PyroModule):
         to_pyro_module_(self)
         #: initial values of the weights that carry priors (guides start from them)
         self.initial_weights: dict[str, Tensor] = {}
-        self._weight_sites: list[tuple[PyroModule, str]] = []
         if prior.weights != "none":
             root = self.head if prior.weights == "last_layer" else self
             prefix = "head." if prior.weights == "last_layer" else ""
@@ -55,16 +54,13 @@ class Classifier(PyroModule):
                     name,
                     PyroSample(dist.Normal(torch.zeros_like(param), scale).to_event(param.dim())),
                 )
-                self._weight_sites.append((module, name))
 
-    @property
-    def has_weight_priors(self) -> bool:
-        return bool(self._weight_sites)
-
-    def sample_weights(self) -> None:
-        """Draw every weight site once, outside the data plate; PyroModule caches the draws."""
-        for module, name in self._weight_sites:
-            getattr(module, name)
+    def sample_globals(self) -> None:
+        """Draw every global site (``PyroSample`` attributes: weight priors, inducing variables)
+        once, outside the data plate; PyroModule caches the draws for the rest of the call."""
+        for module in self.modules():
+            for name in getattr(module, "_pyro_samples", {}):
+                getattr(module, name)
 
     def forward(
         self,
@@ -76,7 +72,7 @@ class Classifier(PyroModule):
     ) -> Tensor:
         """inputs (B, ...), mask (B, L), labels (B,), index (B,) positions in a data set of size
         n_data (default: the batch is the whole data set) → logits (B, C)."""
-        self.sample_weights()
+        self.sample_globals()
         size = len(inputs) if n_data is None else n_data
         subsample = (
             index if index is not None else (torch.arange(size) if size == len(inputs) else None)

@@ -1,0 +1,73 @@
+"""Shared fixtures: a tiny model spec on the embedded digits data."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pyro
+import pytest
+
+from probtrans.attention import default_options
+from probtrans.config import ModelSpec
+from probtrans.data import load_data
+
+warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY_MODEL = """
+[data]
+name = "digits"
+patch_size = 2
+
+[model]
+d_model = 16
+n_heads = 2
+n_layers = 1
+d_ff = 32
+dropout = 0.0
+
+[model.attention]
+kind = "h_sto"
+tau1 = 1.0
+tau2 = 2.0
+n_centroids = 3
+
+[model.prior]
+weights = "last_layer"
+"""
+
+
+@pytest.fixture(autouse=True)
+def _fresh_pyro():
+    pyro.clear_param_store()
+    pyro.set_rng_seed(0)
+    yield
+
+
+@pytest.fixture(scope="session")
+def digits():
+    return load_data(ModelSpec().data)
+
+
+def tiny_spec(kind: str = "h_sto", prior: str = "none", **attention) -> ModelSpec:
+    spec = ModelSpec()
+    spec.model.d_model, spec.model.n_heads, spec.model.n_layers = 16, 2, 1
+    spec.model.d_ff, spec.model.dropout = 32, 0.0
+    spec.model.attention = default_options(kind, **attention)
+    spec.model.prior.weights = prior
+    return spec
+
+
+@pytest.fixture
+def tiny_model_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY_MODEL)
+    return path
+
+
+def inference_file(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path

@@ -1,0 +1,167 @@
+"""End to end: fit → run folder → evaluate; ArviZ on the predictive; CLI errors."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from probtrans.checkpoint import load_checkpoint
+from probtrans.cli import main
+from probtrans.config import load_inference_spec
+from probtrans.errors import ProbtransError
+from probtrans.model import build_classifier
+from probtrans.predictive import predict
+from probtrans.run import evaluate_run, fit_run, load_run
+from probtrans.train import fit, kl_weight_at
+from tests.conftest import ROOT, inference_file, tiny_spec
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", FutureWarning)
+    import arviz as az
+
+TINY_TRAIN = """
+[train]
+epochs = 2
+batch_size = 128
+val_samples = 2
+
+[predictive]
+samples = 4
+"""
+
+
+def tiny_inference(tmp_path, name):
+    """The project's inference spec ``name`` with a tiny training budget."""
+    text = (ROOT / "inference" / f"{name}.toml").read_text()
+    text = text.split("[train]")[0] + TINY_TRAIN
+    return inference_file(tmp_path, f"{name}.toml", text)
+
+
+@pytest.mark.parametrize("guide", ["map", "mfvi", "lowrank"])
+def test_fit_writes_a_complete_run_that_evaluate_reproduces(tmp_path, tiny_model_file, guide):
+    out = tmp_path / "run"
+    scores = fit_run(tiny_model_file, tiny_inference(tmp_path, guide), out, progress=False)
+    for name in ("metrics.json", "predictive.nc", "report.png", "checkpoint.pt", "history.json",
+                 "model.toml", "inference.toml"):
+        assert (out / name).is_file(), name
+    assert not (tmp_path / "run.partial").exists()
+    written = json.loads((out / "metrics.json").read_text())
+    for key in ("accuracy", "nll", "ece", "brier", "ood_auroc"):
+        assert np.isfinite(written[key])
+    assert len(json.loads((out / "history.json").read_text())) == 2
+
+    idata = az.from_netcdf(out / "predictive.nc")
+    n_test, n_ood = written_sizes(out)
+    assert idata.posterior_predictive["probs"].shape == (1, 4, n_test, 8)
+    assert idata.log_likelihood["y"].shape == (1, 4, n_test)
+    assert idata.predictions["probs_ood"].shape == (1, 4, n_ood, 8)
+    probs = idata.posterior_predictive["probs"].values[0]
+    y = idata.observed_data["y"].values
+    np.testing.assert_allclose(
+        idata.log_likelihood["y"].values[0], np.log(probs[:, np.arange(n_test), y]), rtol=1e-5
+    )
+    loo = az.loo(idata, reff=1.0, pointwise=True)
+    assert np.isfinite(loo.elpd_loo)
+    table = az.compare({"a": loo, "b": az.loo(idata, reff=1.0, pointwise=True)})
+    assert list(table["elpd_loo"]) == pytest.approx([loo.elpd_loo] * 2)
+
+    again = evaluate_run(out)  # same seed → same posterior draws → same metrics
+    for key in ("accuracy", "nll", "ece", "ood_auroc"):
+        assert again[key] == pytest.approx(scores[key], rel=1e-5)
+
+
+def written_sizes(out):
+    run = load_run(out)
+    return len(run.data.test), len(run.data.ood)
+
+
+def test_checkpoint_reload_gives_the_same_guide(tmp_path, tiny_model_file):
+    out = tmp_path / "run"
+    fit_run(tiny_model_file, tiny_inference(tmp_path, "mfvi"), out, progress=False)
+    state = load_checkpoint(out / "checkpoint.pt")
+    run = load_run(out)
+    for name, value in run.guide.state_dict().items():
+        torch.testing.assert_close(value, state["guide_state"][name])
+    assert state["model_spec"] == (out / "model.toml").read_text()
+    assert state["probtrans_version"]
+
+
+def test_checkpoint_with_pickled_objects_is_refused(tmp_path):
+    path = tmp_path / "evil.pt"
+    torch.save({"format": 1, "payload": ProbtransError("not plain data")}, path)
+    with pytest.raises(ProbtransError, match="not a readable probtrans checkpoint"):
+        load_checkpoint(path)
+
+
+def test_early_stopping_and_kl_annealing(digits):
+    spec = load_inference_spec(ROOT / "inference" / "mfvi.toml")
+    spec.train.epochs, spec.train.patience, spec.train.batch_size = 8, 2, 256
+    spec.optim.lr = 1e-12  # nothing improves after the first epoch
+    spec.train.monitor = "nll"
+    result = fit(build_classifier(tiny_spec("sto", prior="last_layer"), digits), digits, spec,
+                 progress=False)
+    assert [h["epoch"] for h in result.history] == [1, 2, 3]
+    assert result.best.epoch == 1
+    assert kl_weight_at(spec, 0.0) == 0.0
+    assert kl_weight_at(spec, 2.5) == pytest.approx(0.5 * spec.elbo.kl_weight)
+    assert kl_weight_at(spec, 50.0) == spec.elbo.kl_weight
+
+
+def test_attention_sites_only_on_request(digits):
+    classifier = build_classifier(tiny_spec("h_sto"), digits)
+    split = digits.test
+    plain = predict(classifier, lambda *a, **k: {}, split, samples=3, batch_size=100)
+    assert set(plain) == {"probs", "obs"}
+    assert plain["probs"].shape == (3, len(split), digits.n_classes)
+    full = predict(classifier, lambda *a, **k: {}, split, samples=3, batch_size=100,
+                   attention=True)
+    assert full["layers.0.attn.a_v"].shape == (3, len(split), 2, 16, 16)
+    assert full["layers.0.attn.a_c"].shape == (3, len(split), 2, 16, 2)
+
+
+def test_describe_lists_both_attention_levels(capsys):
+    assert main(["describe", str(ROOT / "models" / "digits" / "h_sto.toml")]) == 0
+    out = capsys.readouterr().out
+    for site in ("layers.0.attn.a_c", "layers.0.attn.a_v", "layers.1.attn.a_c",
+                 "layers.1.attn.a_v"):
+        line = next(row for row in out.splitlines() if row.startswith(site))
+        assert "RelaxedOneHotCategorical" in line
+    assert any(row.startswith("head.weight") and "Normal" in row for row in out.splitlines())
+
+
+BAD_MODELS = {
+    "unknown key": ("[model]\nwidth = 3\n", "unknown key 'model.width'"),
+    "tau": ('[model.attention]\nkind = "h_sto"\ntau2 = 0.0\n', "model.attention.tau2 = 0.0"),
+    "heads": ("[model]\nd_model = 30\nn_heads = 4\n", "model.n_heads = 4: must divide"),
+    "kind": ('[model.attention]\nkind = "magic"\n', "model.attention.kind = 'magic'"),
+    "type": ('[model]\nn_layers = "two"\n', "model.n_layers"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_MODELS))
+def test_bad_model_specs_fail_with_one_clear_line(tmp_path, capsys, case):
+    text, message = BAD_MODELS[case]
+    spec = tmp_path / "bad.toml"
+    spec.write_text(text)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.json").write_text("{}")  # an earlier run that must survive
+    assert main(["fit", str(spec), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and str(spec) in err[0]
+    assert message in err[0]
+    assert (out / "metrics.json").read_text() == "{}"
+
+
+def test_bad_inference_spec_and_missing_files(tmp_path, capsys, tiny_model_file):
+    bad = inference_file(tmp_path, "bad.toml", '[guide]\nname = "magic"\n')
+    assert main(["fit", str(tiny_model_file), "--inference", str(bad)]) == 2
+    assert "guide.name = 'magic': unknown guide" in capsys.readouterr().err
+    assert main(["fit", str(tmp_path / "nope.toml")]) == 2
+    assert "nope.toml: no such file" in capsys.readouterr().err
+    assert main(["evaluate", str(tmp_path / "no-run")]) == 2
+    assert "no such run folder" in capsys.readouterr().err
