@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from probtrans.attention import build_attention
+from probtrans.errors import ConfigError, ProbtransError
 
 
 class PatchEmbedding(nn.Module):
@@ -22,8 +23,8 @@ class PatchEmbedding(nn.Module):
         super().__init__()
         channels, height, width = image_shape
         if height % patch_size or width % patch_size:
-            raise ValueError(
-                f"data.patch_size = {patch_size} must divide the image size {height}×{width}"
+            raise ConfigError(
+                f"data.patch_size = {patch_size}: must divide the image size {height}×{width}"
             )
         self.patch_size = patch_size
         n_patches = (height // patch_size) * (width // patch_size)
@@ -46,8 +47,9 @@ class TokenEmbedding(nn.Module):
 
     def forward(self, ids: Tensor) -> Tensor:
         if ids.shape[1] > self.position.shape[0]:
-            raise ValueError(
-                f"sequence length {ids.shape[1]} exceeds model.max_len = {self.position.shape[0]}"
+            raise ProbtransError(
+                f"token ids of shape {tuple(ids.shape)}: sequence length exceeds "
+                f"model.max_len = {self.position.shape[0]}"
             )
         return self.token(ids) + self.position[: ids.shape[1]]
 

@@ -99,7 +99,9 @@ def test_straight_through_passes_gradients(x):
     attn(x, None).sum().backward()
     assert attn.qkv.weight.grad.abs().sum() > 0 and attn.centroids.grad.abs().sum() > 0
     trace = poutine.trace(attn).get_trace(x, None)
-    assert isinstance(trace.nodes["l0.a_c"]["fn"].base_dist, RelaxedOneHotCategoricalStraightThrough)
+    assert isinstance(
+        trace.nodes["l0.a_c"]["fn"].base_dist, RelaxedOneHotCategoricalStraightThrough
+    )
 
 
 @pytest.mark.parametrize("centroids", ["layer", "head"])
@@ -136,7 +138,9 @@ def test_relaxed_sample_equals_gumbel_softmax_of_the_same_noise(x):
     pyro.set_rng_seed(3)
     a_v = poutine.trace(attn).get_trace(x, None).nodes["l0.a_v"]["value"]
     pyro.set_rng_seed(3)
-    u = torch.rand(logits.shape).clamp(torch.finfo(logits.dtype).tiny, 1 - torch.finfo(logits.dtype).eps)
+    u = torch.rand(logits.shape).clamp(
+        torch.finfo(logits.dtype).tiny, 1 - torch.finfo(logits.dtype).eps
+    )
     g = -torch.log(-torch.log(u))
     logits = logits - logits.logsumexp(-1, keepdim=True)
     torch.testing.assert_close(a_v, F.softmax((logits + g) / 2.0, dim=-1))

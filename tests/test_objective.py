@@ -1,4 +1,4 @@
-"""The training objective is the paper's E_â[log p(y | x, â, W)], computed in one pass per particle."""
+"""The training objective is the paper's E_â[log p(y | x, â, W)], one pass per particle."""
 
 from __future__ import annotations
 

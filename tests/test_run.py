@@ -45,8 +45,15 @@ def tiny_inference(tmp_path, name):
 def test_fit_writes_a_complete_run_that_evaluate_reproduces(tmp_path, tiny_model_file, guide):
     out = tmp_path / "run"
     scores = fit_run(tiny_model_file, tiny_inference(tmp_path, guide), out, progress=False)
-    for name in ("metrics.json", "predictive.nc", "report.png", "checkpoint.pt", "history.json",
-                 "model.toml", "inference.toml"):
+    for name in (
+        "metrics.json",
+        "predictive.nc",
+        "report.png",
+        "checkpoint.pt",
+        "history.json",
+        "model.toml",
+        "inference.toml",
+    ):
         assert (out / name).is_file(), name
     assert not (tmp_path / "run.partial").exists()
     written = json.loads((out / "metrics.json").read_text())
@@ -102,8 +109,9 @@ def test_early_stopping_and_kl_annealing(digits):
     spec.train.epochs, spec.train.patience, spec.train.batch_size = 8, 2, 256
     spec.optim.lr = 1e-12  # nothing improves after the first epoch
     spec.train.monitor = "nll"
-    result = fit(build_classifier(tiny_spec("sto", prior="last_layer"), digits), digits, spec,
-                 progress=False)
+    result = fit(
+        build_classifier(tiny_spec("sto", prior="last_layer"), digits), digits, spec, progress=False
+    )
     assert [h["epoch"] for h in result.history] == [1, 2, 3]
     assert result.best.epoch == 1
     assert kl_weight_at(spec, 0.0) == 0.0
@@ -117,8 +125,7 @@ def test_attention_sites_only_on_request(digits):
     plain = predict(classifier, lambda *a, **k: {}, split, samples=3, batch_size=100)
     assert set(plain) == {"probs", "obs"}
     assert plain["probs"].shape == (3, len(split), digits.n_classes)
-    full = predict(classifier, lambda *a, **k: {}, split, samples=3, batch_size=100,
-                   attention=True)
+    full = predict(classifier, lambda *a, **k: {}, split, samples=3, batch_size=100, attention=True)
     assert full["layers.0.attn.a_v"].shape == (3, len(split), 2, 16, 16)
     assert full["layers.0.attn.a_c"].shape == (3, len(split), 2, 16, 2)
 
@@ -126,8 +133,12 @@ def test_attention_sites_only_on_request(digits):
 def test_describe_lists_both_attention_levels(capsys):
     assert main(["describe", str(ROOT / "models" / "digits" / "h_sto.toml")]) == 0
     out = capsys.readouterr().out
-    for site in ("layers.0.attn.a_c", "layers.0.attn.a_v", "layers.1.attn.a_c",
-                 "layers.1.attn.a_v"):
+    for site in (
+        "layers.0.attn.a_c",
+        "layers.0.attn.a_v",
+        "layers.1.attn.a_c",
+        "layers.1.attn.a_v",
+    ):
         line = next(row for row in out.splitlines() if row.startswith(site))
         assert "RelaxedOneHotCategorical" in line
     assert any(row.startswith("head.weight") and "Normal" in row for row in out.splitlines())
