@@ -71,3 +71,31 @@ def inference_file(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / name
     path.write_text(text)
     return path
+
+
+TINY_TRAIN = """
+[train]
+epochs = 2
+batch_size = 128
+val_samples = 2
+
+[predictive]
+samples = 4
+"""
+
+
+def tiny_inference(tmp_path, name):
+    """The project's inference spec ``name`` with a tiny training budget."""
+    text = (ROOT / "inference" / f"{name}.toml").read_text()
+    text = text.split("[train]")[0] + TINY_TRAIN
+    return inference_file(tmp_path, f"{name}.toml", text)
+
+
+@pytest.fixture
+def tiny_run(tmp_path: Path, tiny_model_file: Path) -> Path:
+    """A finished run folder of the tiny model (2 epochs, MAP guide)."""
+    from probtrans.run import fit_run
+
+    out = tmp_path / "run"
+    fit_run(tiny_model_file, tiny_inference(tmp_path, "map"), out, progress=False)
+    return out

@@ -17,28 +17,11 @@ from probtrans.model import build_classifier
 from probtrans.predictive import predict
 from probtrans.run import evaluate_run, fit_run, load_run
 from probtrans.train import fit, kl_weight_at
-from tests.conftest import ROOT, inference_file, tiny_spec
+from tests.conftest import ROOT, inference_file, tiny_inference, tiny_spec
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)
     import arviz as az
-
-TINY_TRAIN = """
-[train]
-epochs = 2
-batch_size = 128
-val_samples = 2
-
-[predictive]
-samples = 4
-"""
-
-
-def tiny_inference(tmp_path, name):
-    """The project's inference spec ``name`` with a tiny training budget."""
-    text = (ROOT / "inference" / f"{name}.toml").read_text()
-    text = text.split("[train]")[0] + TINY_TRAIN
-    return inference_file(tmp_path, f"{name}.toml", text)
 
 
 @pytest.mark.parametrize("guide", ["map", "mfvi", "lowrank"])
