@@ -24,7 +24,7 @@ from probtrans.errors import ConfigError
 class DataSpec:
     """Which data set and how it is split (see :mod:`probtrans.data`)."""
 
-    name: Literal["digits"] = "digits"
+    name: Literal["digits", "imdb", "cola"] = "digits"  # imdb, cola: specs parse, no loader yet
     patch_size: int = 2  # image patches are patch_size × patch_size pixels
     ood_classes: list[int] = field(default_factory=lambda: [8, 9])  # held out as out-of-domain
     val_fraction: float = 0.2
@@ -74,17 +74,23 @@ class GuideSpec:
     sites: Literal["auto", "all", "last_layer"] = (
         "auto"  # lowrank only: where the low-rank part goes
     )
-    max_lowrank_dims: int = (
-        20_000  # lowrank with sites="auto": larger nets get it on the last layer
-    )
+    max_lowrank_dims: int = 20_000  # lowrank, sites="auto": larger nets get it on the last layer
+    # guide of the whitened SGPA inducing variables u_g (probtrans.gp.guides): full-rank
+    # Cholesky per head and output dim (the authors'), mean-field diagonal, or delta (MAP)
+    inducing: Literal["cholesky", "diagonal", "delta"] = "cholesky"
+    inducing_init_scale: float = 0.1  # initial std of the cholesky / diagonal u_g guides
 
 
 @dataclass
 class ElboSpec:
     name: Literal["trace", "meanfield"] = "trace"
     particles: int = 1
-    kl_weight: float = 1.0  # multiplies KL(q(W) || p(W)); 1.0 is the per-dataset ELBO
-    kl_anneal_epochs: int = 0  # linear warm-up of the KL weight from 0 over this many epochs
+    # KL(q || p) of the global latent sites (weights, SGPA u_g) is multiplied by kl_weight and,
+    # with kl_scale = "authors", by N_train: the SGPA authors' loss, mean NLL + KL (the KL not
+    # divided by the data-set size). kl_scale = "dataset", kl_weight = 1 is the ELBO itself.
+    kl_weight: float = 1.0
+    kl_scale: Literal["dataset", "authors"] = "dataset"
+    kl_anneal_epochs: int = 0  # linear warm-up of every KL term from 0 over this many epochs
 
 
 @dataclass
@@ -233,6 +239,7 @@ def load_inference_spec(path: str | Path) -> InferenceSpec:
     checks = {
         "guide.init_scale": spec.guide.init_scale,
         "guide.rank": spec.guide.rank,
+        "guide.inducing_init_scale": spec.guide.inducing_init_scale,
         "elbo.particles": spec.elbo.particles,
         "optim.lr": spec.optim.lr,
         "optim.clip_norm": spec.optim.clip_norm,

@@ -7,6 +7,7 @@ import torch
 from pyro import poutine
 from pyro.distributions import Independent
 
+from probtrans.attention.base import KL_TERM
 from probtrans.config import ModelSpec
 from probtrans.data import load_data
 from probtrans.model import build_classifier
@@ -31,11 +32,12 @@ def site_table(spec: ModelSpec, batch_size: int = 2) -> list[dict[str, str]]:
             base = base.base_dist
         if type(base).__name__ == "_Subsample":
             continue
-        role = (
-            "observed"
-            if site["is_observed"]
-            else ("local (per example)" if site["cond_indep_stack"] else "global")
-        )
+        if site["infer"].get(KL_TERM):
+            role = "KL term (factor)"
+        elif site["is_observed"]:
+            role = "observed"
+        else:
+            role = "local (per example)" if site["cond_indep_stack"] else "global"
         rows.append(
             {
                 "site": name,

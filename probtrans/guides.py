@@ -10,6 +10,10 @@ models. Every guide starts at the network's initial weights (``Classifier.initia
             ``sites = "auto"`` nets with more than ``max_lowrank_dims`` latent dimensions get it
             on the last layer only and a point mass elsewhere
 =========== ==================================================================================
+
+Models with SGPA layers also have whitened inducing-variable sites ``*.u_g``; their guide is
+chosen separately by ``guide.inducing`` (:data:`probtrans.gp.guides.INDUCING_GUIDES`) and
+combined with the weight guide in an ``AutoGuideList``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from pyro.infer.autoguide import (
 )
 
 from probtrans.config import GuideSpec
+from probtrans.gp.guides import INDUCING_GUIDES, inducing_sites
 from probtrans.model import Classifier
 
 LAST_LAYER = ("head.weight", "head.bias")
@@ -77,5 +82,13 @@ GUIDES: dict[str, Callable[[Callable, Classifier, GuideSpec], AutoGuide]] = {
 
 
 def build_guide(model: Callable, classifier: Classifier, spec: GuideSpec) -> AutoGuide:
-    """The guide named ``spec.name`` for ``model`` (a self-guided view of ``classifier``)."""
-    return GUIDES[spec.name](model, classifier, spec)
+    """The guide named ``spec.name`` for ``model`` (a self-guided view of ``classifier``), with
+    ``INDUCING_GUIDES[spec.inducing]`` on the SGPA inducing sites if there are any."""
+    sites = inducing_sites(classifier)
+    if not sites:
+        return GUIDES[spec.name](model, classifier, spec)
+    guide = AutoGuideList(model)
+    guide.append(INDUCING_GUIDES[spec.inducing](poutine.block(model, expose=sites), spec))
+    if classifier.initial_weights:
+        guide.append(GUIDES[spec.name](poutine.block(model, hide=sites), classifier, spec))
+    return guide

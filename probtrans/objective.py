@@ -9,8 +9,9 @@ pass and never computes their log-density. Guides are built on the same hidden m
 only ever see global sites.
 
 :class:`KLWeight` multiplies the log-densities of all remaining latent sites (model prior and
-guide alike) by β, giving E_q[log p(y | ·)] − β KL(q(W) ‖ p(W)); β can change between steps
-(linear annealing).
+guide alike) by β·a_t, giving E_q[log p(y | ·)] − β·a_t KL(q(W) ‖ p(W)), and the per-example
+KL terms added with :func:`probtrans.attention.base.kl_term` (e.g. SGPA's amortised KL) by a_t;
+the annealing factor a_t can change between steps (linear warm-up from 0 to 1).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pyro import poutine
 from pyro.infer import ELBO, Trace_ELBO, TraceMeanField_ELBO
 from pyro.poutine.messenger import Messenger
 
-from probtrans.attention import SELF_GUIDED
+from probtrans.attention.base import KL_TERM, SELF_GUIDED
 from probtrans.config import ElboSpec
 
 
@@ -35,15 +36,21 @@ def self_guided(model: Callable) -> Callable:
 
 
 class KLWeight(Messenger):
-    """Scale the log-density of every latent (unobserved) sample site by ``self.weight``."""
+    """Scale latent sample sites by ``weight · annealing`` and ``kl_term`` sites by
+    ``annealing``; the likelihood is left alone."""
 
     def __init__(self, weight: float = 1.0) -> None:
         super().__init__()
         self.weight = weight
+        self.annealing = 1.0
 
     def _process_message(self, msg: dict) -> None:
-        if msg["type"] == "sample" and not msg["is_observed"]:
-            msg["scale"] = msg["scale"] * self.weight
+        if msg["type"] != "sample":
+            return
+        if not msg["is_observed"]:
+            msg["scale"] = msg["scale"] * self.weight * self.annealing
+        elif msg["infer"].get(KL_TERM, False):
+            msg["scale"] = msg["scale"] * self.annealing
 
 
 def make_elbo(spec: ElboSpec) -> ELBO:

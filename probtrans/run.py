@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyro
 import torch
 
 from probtrans import metrics, report
@@ -92,6 +93,7 @@ def fit_run(
     shutil.copyfile(inference_path, staging / "inference.toml")
 
     data = load_data(model_spec.data)
+    pyro.set_rng_seed(seed)  # the initial weights too depend on the seed
     classifier = build_classifier(model_spec, data)
 
     def checkpoint(state: TrainState) -> None:
@@ -163,8 +165,6 @@ def evaluate(
 ) -> dict[str, float]:
     """Posterior predictive on the in-domain test and out-of-domain splits; writes
     ``predictive.nc`` and ``report.png`` into the run folder and returns the metrics."""
-    import pyro
-
     samples = samples or run.inference_spec.predictive.samples
     batch = run.inference_spec.predictive.batch_size
     pyro.set_rng_seed(seed)

@@ -61,11 +61,12 @@ def make_optimizer(spec: OptimSpec, total_steps: int) -> pyro.optim.PyroLRSchedu
     )
 
 
-def kl_weight_at(spec: InferenceSpec, epoch_progress: float) -> float:
-    """KL weight after ``epoch_progress`` epochs: linear warm-up over ``kl_anneal_epochs``."""
+def kl_annealing_at(spec: InferenceSpec, epoch_progress: float) -> float:
+    """Factor on every KL term after ``epoch_progress`` epochs: linear from 0 to 1 over
+    ``kl_anneal_epochs`` (always 1 without annealing)."""
     if spec.elbo.kl_anneal_epochs == 0:
-        return spec.elbo.kl_weight
-    return spec.elbo.kl_weight * min(1.0, epoch_progress / spec.elbo.kl_anneal_epochs)
+        return 1.0
+    return min(1.0, epoch_progress / spec.elbo.kl_anneal_epochs)
 
 
 def validation_metric(
@@ -97,8 +98,8 @@ def fit(
     classifier.to(device)
     model = self_guided(classifier)
     guide = build_guide(model, classifier, spec.guide)
-    kl = KLWeight(spec.elbo.kl_weight)
     n_train = len(data.train)
+    kl = KLWeight(spec.elbo.kl_weight * (n_train if spec.elbo.kl_scale == "authors" else 1))
     steps_per_epoch = math.ceil(n_train / spec.train.batch_size)
     optimizer = make_optimizer(spec.optim, spec.train.epochs * steps_per_epoch)
     svi = SVI(kl(model), kl(guide), optimizer, loss=make_elbo(spec.elbo))
@@ -114,7 +115,7 @@ def fit(
         for step, (index, inputs, mask, labels) in enumerate(
             data.train.batches(spec.train.batch_size, shuffle=True, generator=generator)
         ):
-            kl.weight = kl_weight_at(spec, epoch - 1 + step / steps_per_epoch)
+            kl.annealing = kl_annealing_at(spec, epoch - 1 + step / steps_per_epoch)
             inputs, labels = inputs.to(device), labels.to(device)
             mask = None if mask is None else mask.to(device)
             total += svi.step(inputs, mask, labels, index=index.to(device), n_data=n_train)
@@ -123,7 +124,7 @@ def fit(
         record = {
             "epoch": epoch,
             "elbo": -total / steps_per_epoch / n_train,
-            "kl_weight": kl.weight,
+            "kl_annealing": kl.annealing,
         }
         record.update(validation_metric(classifier, guide, data, spec, device))
         result.history.append(record)

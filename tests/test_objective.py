@@ -5,12 +5,14 @@ from __future__ import annotations
 import warnings
 
 import pyro
+import pyro.distributions as dist
 import pytest
 import torch
 import torch.nn.functional as F
 from pyro import poutine
 from pyro.infer import SVI, Trace_ELBO
 
+from probtrans.attention.base import kl_term
 from probtrans.config import GuideSpec
 from probtrans.guides import build_guide
 from probtrans.model import build_classifier
@@ -100,3 +102,21 @@ def test_kl_weight_scales_only_the_weight_terms(digits):
     kl_term = losses[1.0] - losses[0.0]
     assert kl_term != pytest.approx(0.0)
     assert losses[2.5] - losses[0.0] == pytest.approx(2.5 * kl_term, rel=1e-4)
+
+
+def test_kl_annealing_scales_global_sites_and_kl_terms_but_not_the_likelihood():
+    def model():
+        pyro.sample("w", dist.Normal(0.0, 1.0))
+        kl_term("k", torch.tensor(2.0))
+        pyro.sample("y", dist.Normal(0.0, 1.0), obs=torch.tensor(0.5))
+
+    kl = KLWeight(10.0)
+    kl.annealing = 0.25
+    trace = poutine.trace(kl(model)).get_trace()
+    trace.compute_log_prob()
+    w = trace.nodes["w"]
+    assert w["log_prob_sum"] == pytest.approx(2.5 * dist.Normal(0.0, 1.0).log_prob(w["value"]))
+    assert trace.nodes["k"]["log_prob_sum"] == pytest.approx(0.25 * -2.0)
+    assert trace.nodes["y"]["log_prob_sum"] == pytest.approx(
+        dist.Normal(0.0, 1.0).log_prob(torch.tensor(0.5)).item()
+    )

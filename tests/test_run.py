@@ -16,7 +16,7 @@ from probtrans.errors import ProbtransError
 from probtrans.model import build_classifier
 from probtrans.predictive import predict
 from probtrans.run import evaluate_run, fit_run, load_run
-from probtrans.train import fit, kl_weight_at
+from probtrans.train import fit, kl_annealing_at
 from tests.conftest import ROOT, inference_file, tiny_inference, tiny_spec
 
 with warnings.catch_warnings():
@@ -97,9 +97,9 @@ def test_early_stopping_and_kl_annealing(digits):
     )
     assert [h["epoch"] for h in result.history] == [1, 2, 3]
     assert result.best.epoch == 1
-    assert kl_weight_at(spec, 0.0) == 0.0
-    assert kl_weight_at(spec, 2.5) == pytest.approx(0.5 * spec.elbo.kl_weight)
-    assert kl_weight_at(spec, 50.0) == spec.elbo.kl_weight
+    assert kl_annealing_at(spec, 0.0) == 0.0
+    assert kl_annealing_at(spec, 2.5) == pytest.approx(0.5)
+    assert kl_annealing_at(spec, 50.0) == 1.0
 
 
 def test_attention_sites_only_on_request(digits):

@@ -10,6 +10,12 @@ from typing import Any
 
 from probtrans.attention.base import SELF_GUIDED, MultiHeadAttention, sample_attention
 from probtrans.attention.hierarchical import HierarchicalAttention, HierarchicalOptions
+from probtrans.attention.sgpa import (
+    DecoupledSGPAttention,
+    SGPAOptions,
+    StandardSGPAOptions,
+    StandardSGPAttention,
+)
 from probtrans.attention.softmax import SoftmaxAttention, SoftmaxOptions
 from probtrans.attention.stochastic import StochasticAttention, StochasticOptions
 from probtrans.errors import ConfigError
@@ -26,6 +32,8 @@ def register_attention(kind: str, module: type[MultiHeadAttention], options: typ
 register_attention("softmax", SoftmaxAttention, SoftmaxOptions)
 register_attention("sto", StochasticAttention, StochasticOptions)
 register_attention("h_sto", HierarchicalAttention, HierarchicalOptions)
+register_attention("sgpa", DecoupledSGPAttention, SGPAOptions)
+register_attention("sgpa_standard", StandardSGPAttention, StandardSGPAOptions)
 
 
 def attention_options(table: dict, file: str = "<spec>", prefix: str = "model.attention") -> Any:

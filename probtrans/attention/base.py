@@ -16,11 +16,20 @@ from torch import Tensor, nn
 
 #: ``infer`` flag of attention sites whose guide is their own conditional distribution.
 SELF_GUIDED = "probtrans_self_guided"
+#: ``infer`` flag of factor sites holding a per-example KL term (annealed like the global KL).
+KL_TERM = "probtrans_kl_term"
 
 
 def sample_attention(name: str, distribution: pyro.distributions.Distribution) -> Tensor:
     """Draw attention weights as the Pyro sample site ``name``, marked self-guided."""
     return pyro.sample(name, distribution, infer={SELF_GUIDED: True})
+
+
+def kl_term(name: str, kl: Tensor) -> None:
+    """Subtract ``kl`` (batch shape: the data plate's) from the ELBO as the factor site ``name``,
+    which :class:`probtrans.objective.KLWeight` anneals."""
+    unit = pyro.distributions.Unit(-kl, has_rsample=True)
+    pyro.sample(name, unit, obs=unit.sample(), infer={"is_auxiliary": True, KL_TERM: True})
 
 
 def masked_logits(logits: Tensor, key_mask: Tensor | None) -> Tensor:

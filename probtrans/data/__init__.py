@@ -65,4 +65,6 @@ def load_data(spec: DataSpec) -> DataBundle:
         from probtrans.data.digits import load_digits_bundle
 
         return load_digits_bundle(spec)
+    if spec.name in ("imdb", "cola"):
+        raise ConfigError(f"data.name = {spec.name!r}: text loaders not available yet")
     raise ConfigError(f"data.name = {spec.name!r}: unknown data set")

@@ -1,0 +1,186 @@
+"""SGPA: sparse Gaussian-process attention (Chen & Li, ICLR 2023; DESIGN.md §3).
+
+Kernel attention F = K(q, k) v is the posterior mean of a sparse variational GP whose inducing
+inputs are the keys; SGPA also uses its posterior covariance, so a transformer of SGPA layers is
+a sparse deep GP with a deep kernel, and samples F = m + Σ^{1/2} ξ carry the uncertainty from
+layer to layer. Per head, queries and keys share one projection W_qk (so the kernel is symmetric)
+and values have their own W_v; the heads' outputs are concatenated and projected by W_F.
+
+Two kinds:
+
+``sgpa`` — :class:`DecoupledSGPAttention`, the paper's method (§3.3–3.4). Per layer and head, M_g
+learnable global inducing locations Z_g give the global keys k_g = G(Z_g) W_qk. The whitened
+global inducing variables are ONE global Pyro sample site per layer, ``{module}.u_g`` (e.g.
+``encoder.layers.0.attn.u_g``), event shape (H, d_head, M_g), prior N(0, I); its guide is chosen
+by name (``guide.inducing``: cholesky / diagonal / delta, :mod:`probtrans.gp.guides`). Given u_g,
+the output is the local, self-guided site ``layers.{i}.attn.f`` (event (H, d_head, T)), the
+conditional p(F | u_g) of :mod:`probtrans.gp.decoupled`: its guide is itself, as in any SVGP
+where q(f, u) = p(f | u) q(u). The amortised part of the decoupled KL enters the ELBO through
+the factor ``kl_term("layers.{i}.attn.kl_amortised", ½ Σ_{h,d} v_aᵀ (K_aa − K_ag K_gg⁻¹ K_ga) v_a)``
+inside the data plate, once per sequence.
+
+``sgpa_standard`` — :class:`StandardSGPAttention` (§3.2): the input keys are the inducing points,
+with an amortised covariance; it has no global site, costs O(B T³), and exists for the
+complexity comparison (``benchmarks/sgpa_complexity.py``).
+
+The map G. The paper maps the previous layer's output F^{l−1} and the global locations Z_g by the
+same non-linear map G before the shared projection W_qk. Here the attention module receives the
+block's already-mapped input (pre-LN: the block's LayerNorm of the residual stream), so it
+cannot call the block's own map on Z_g; G is a LayerNorm of the layer's own, which puts the global
+locations on the same normalised manifold as the token inputs. (The authors' code applies the
+previous block's MLP + residual + LayerNorm to Z_g.)
+
+KL weights (see :class:`probtrans.config.ElboSpec`). The per-dataset ELBO (``kl_weight = 1``)
+is E[log p(y | ·)] summed over the data − KL(q(u_g) ‖ p(u_g)) − Σ_n KL_amortised,n. The authors
+minimise mean NLL + KL_global + mean_batch KL_amortised (KL not divided by the data-set size); times
+N this is Σ NLL + N·KL_global + Σ_n KL_amortised,n: the global KL N_train times stronger
+(``elbo.kl_scale = "authors"``), while the amortised term, an average over the batch, is
+already a per-sequence term and keeps weight 1. KL annealing scales both, as in the authors'
+code.
+``inference/sgpa.toml`` trains the per-dataset ELBO, ``inference/sgpa_authors.toml`` the authors'
+weighting with their linear annealing over half of the epochs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import pyro.distributions as dist
+import torch
+import torch.nn.functional as F
+from pyro.nn import PyroModule, PyroSample
+from torch import Tensor, nn
+
+from probtrans.attention.base import MultiHeadAttention, kl_term, sample_attention
+from probtrans.gp.decoupled import decoupled_conditional
+from probtrans.gp.kernels import KernelName, head_kernel
+from probtrans.gp.standard import standard_posterior
+
+
+@dataclass
+class SGPAOptions:
+    """``[model.attention]`` of ``kind = "sgpa"``; the specs in ``models/*/sgpa.toml`` set the
+    authors' values per data set."""
+
+    kind: Literal["sgpa"] = "sgpa"
+    kernel: KernelName = "exponential"  # "exponential" (text) or "ard" (images)
+    n_inducing: int = 16  # M_g global inducing points per layer and head
+    lengthscale: float = 1.0  # initial ARD length scales ℓ_i
+    outputscale: float = 1.0  # initial signal variance σ_f²
+    jitter: float = 1e-6  # on K_gg's diagonal; ×10 after every failed Cholesky
+    sampling: Literal["marginal", "full"] = "marginal"  # F | u_g per token, or jointly over tokens
+    positive: ClassVar[tuple[str, ...]] = ("n_inducing", "lengthscale", "outputscale", "jitter")
+
+
+@dataclass
+class StandardSGPAOptions:
+    """Standard SGPA (keys as inducing points); for the complexity comparison."""
+
+    kind: Literal["sgpa_standard"] = "sgpa_standard"
+    kernel: KernelName = "exponential"
+    lengthscale: float = 1.0
+    outputscale: float = 1.0
+    jitter: float = 1e-6  # on K_aa's diagonal; ×10 after every failed Cholesky
+    positive: ClassVar[tuple[str, ...]] = ("lengthscale", "outputscale", "jitter")
+
+
+def whitened_prior(layer: DecoupledSGPAttention) -> dist.Distribution:
+    """p(ε) = N(0, I) for every head and output dimension: event shape (H, d_head, M_g)."""
+    eye = layer.prior_scale_tril  # (M_g, M_g)
+    return (
+        dist.MultivariateNormal(eye.new_zeros(len(eye)), scale_tril=eye)
+        .expand([layer.n_heads, layer.d_head])
+        .to_event(2)
+    )
+
+
+class KernelAttention(MultiHeadAttention, PyroModule):
+    """Shared projection W_qk for queries and keys, W_v for values, a per-head kernel."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        kernel: KernelName,
+        lengthscale: float,
+        outputscale: float,
+        site_prefix: str,
+    ) -> None:
+        super().__init__(d_model, n_heads, site_prefix)
+        del self.qkv  # W_q = W_k: the fused q/k/v projection is replaced by qk and value
+        self.qk = nn.Linear(d_model, d_model, bias=False)
+        self.value = nn.Linear(d_model, d_model, bias=False)
+        self.kernel = head_kernel(kernel, n_heads, self.d_head, lengthscale, outputscale)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """(B, T, H·d) → (B, H, T, d)."""
+        return x.unflatten(-1, (self.n_heads, self.d_head)).transpose(1, 2)
+
+    def project(self, x: Tensor, key_mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Queries = amortised keys (B, H, T, d) and values (B, H, T, d), zero at padding."""
+        q, v = self.split_heads(self.qk(x)), self.split_heads(self.value(x))
+        if key_mask is not None:
+            v = v * key_mask[:, None, :, None].to(v.dtype)
+        return q, v
+
+    def merge_heads(self, f: Tensor) -> Tensor:
+        """Per-head outputs (B, H, d, T) → W_F concat(F_1, …, F_H): (B, T, D)."""
+        return self.out(f.permute(0, 3, 1, 2).flatten(2))
+
+
+class DecoupledSGPAttention(KernelAttention):
+    """Decoupled SGPA layer: global site ``u_g`` (H, d_head, M_g), local site ``f``."""
+
+    sample_sites = ("f",)
+    #: names (without module prefix) of the global whitened inducing-variable sites
+    inducing_sites: ClassVar[tuple[str, ...]] = ("u_g",)
+
+    def __init__(self, d_model: int, n_heads: int, options: SGPAOptions, site_prefix: str):
+        super().__init__(
+            d_model, n_heads, options.kernel, options.lengthscale, options.outputscale, site_prefix
+        )
+        self.jitter = options.jitter
+        self.sampling = options.sampling
+        self.z_g = nn.Parameter(torch.randn(n_heads, options.n_inducing, d_model))  # Z_g
+        self.inducing_map = nn.LayerNorm(d_model)  # G (see the module docstring)
+        self.register_buffer("prior_scale_tril", torch.eye(options.n_inducing), persistent=False)
+        self.u_g = PyroSample(whitened_prior)
+
+    def global_keys(self) -> Tensor:
+        """k_g = G(Z_g) W_qk^h for every head: (H, M_g, d_head)."""
+        w_qk = self.qk.weight.view(self.n_heads, self.d_head, -1)  # (H, d, D)
+        return torch.einsum("hmi,hdi->hmd", self.inducing_map(self.z_g), w_qk)
+
+    def forward(self, x: Tensor, key_mask: Tensor | None = None) -> Tensor:
+        """x: (B, T, D); key_mask: (B, T) bool, True for real tokens → (B, T, D)."""
+        q, v = self.project(x, key_mask)
+        conditional = decoupled_conditional(
+            self.kernel, q, self.global_keys(), v, self.jitter, key_mask
+        )
+        kl_term(self.site("kl_amortised"), conditional.amortised_kl)
+        f = sample_attention(self.site("f"), conditional.distribution(self.u_g, self.sampling))
+        return self.merge_heads(f)
+
+
+class StandardSGPAttention(KernelAttention):
+    """Standard SGPA layer: local self-guided site ``u_a`` (H, d_head, T), the whitened inducing
+    values at the keys, drawn from their amortised posterior q(ε | x)."""
+
+    sample_sites = ("u_a",)
+
+    def __init__(self, d_model: int, n_heads: int, options: StandardSGPAOptions, site_prefix: str):
+        super().__init__(
+            d_model, n_heads, options.kernel, options.lengthscale, options.outputscale, site_prefix
+        )
+        self.jitter = options.jitter
+        self.scale = nn.Linear(d_model, d_model)  # amortised posterior std σ (after softplus)
+
+    def forward(self, x: Tensor, key_mask: Tensor | None = None) -> Tensor:
+        """x: (B, T, D); key_mask: (B, T) bool, True for real tokens → (B, T, D)."""
+        q, v = self.project(x, key_mask)
+        sigma = F.softplus(self.split_heads(self.scale(x)))
+        posterior = standard_posterior(self.kernel, q, v, sigma, self.jitter, key_mask)
+        kl_term(self.site("kl_amortised"), posterior.kl)
+        eps = sample_attention(self.site("u_a"), posterior.distribution())
+        return self.merge_heads(posterior.output(eps))

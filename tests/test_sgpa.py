@@ -1,0 +1,290 @@
+"""SGPA: decoupled and standard sparse-GP attention, its KL terms, guides and specs.
+
+Oracles: plain kernel attention, DESIGN.md §3's non-whitened formulas solved directly, Monte Carlo,
+GPyTorch's whitened ``VariationalStrategy`` and ``torch.distributions.kl_divergence``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import gpytorch
+import pyro
+import pyro.optim
+import pytest
+import torch
+from linear_operator.utils.errors import NotPSDError
+from pyro import poutine
+from pyro.infer import SVI, TraceMeanField_ELBO
+from torch.distributions import MultivariateNormal, Normal, kl_divergence
+
+from probtrans.attention import default_options
+from probtrans.attention.sgpa import DecoupledSGPAttention, StandardSGPAttention
+from probtrans.config import GuideSpec, load_model_spec
+from probtrans.data import load_data
+from probtrans.describe import site_table
+from probtrans.errors import ConfigError
+from probtrans.gp import (
+    AutoInducingCholesky,
+    decoupled_conditional,
+    gram,
+    head_kernel,
+    jittered_cholesky,
+    standard_posterior,
+)
+from probtrans.guides import build_guide
+from probtrans.model import build_classifier
+from probtrans.objective import self_guided
+from tests.conftest import ROOT, tiny_spec
+
+B, H, T, DV, M, DK = 2, 2, 5, 3, 4, 3  # sequences, heads, tokens, value dims, inducing, key dims
+F64 = torch.float64
+
+
+@pytest.fixture
+def gp_inputs():
+    """Kernel (random per-head hyperparameters), keys, global keys, values, all float64."""
+    g = torch.Generator().manual_seed(1)
+    kernel = head_kernel("ard", H, DK).double()
+    kernel.base_kernel.lengthscale = torch.rand(H, 1, DK, generator=g, dtype=F64) + 1.0
+    kernel.outputscale = torch.rand(H, generator=g, dtype=F64) + 0.5
+    x_a = torch.randn(B, H, T, DK, generator=g, dtype=F64)
+    x_g = torch.randn(H, M, DK, generator=g, dtype=F64)
+    v_a = torch.randn(B, H, T, DV, generator=g, dtype=F64)
+    loc = torch.randn(H, DV, M, generator=g, dtype=F64)
+    scale_tril = torch.randn(H, DV, M, M, generator=g, dtype=F64).tril(-1) * 0.3
+    scale_tril = scale_tril + torch.diag_embed(torch.rand(H, DV, M, generator=g, dtype=F64) + 0.2)
+    return kernel, x_a, x_g, v_a, loc, scale_tril
+
+
+# ------------------------------------------------------------------ decoupled conditional
+def test_without_global_points_the_mean_is_plain_kernel_attention(gp_inputs):
+    kernel, x_a, _, v_a, _, _ = gp_inputs
+    no_globals = x_a.new_zeros(H, 0, DK)
+    conditional = decoupled_conditional(kernel, x_a, no_globals, v_a, jitter=1e-9)
+    attention = gram(kernel, x_a, x_a) @ v_a  # K(q, k) v, (B, H, T, d)
+    mean = conditional.mean(x_a.new_zeros(H, DV, 0))
+    torch.testing.assert_close(mean, attention.transpose(-1, -2))
+
+
+def test_moments_match_design_formulas_solved_directly(gp_inputs):
+    """m_d, Σ_d of DESIGN §3 with v_g = L_K⁻ᵀ μ_d and S_g^d = L_K L_d L_dᵀ L_Kᵀ."""
+    kernel, x_a, x_g, v_a, loc, scale_tril = gp_inputs
+    jitter = 1e-6
+    conditional = decoupled_conditional(kernel, x_a, x_g, v_a, jitter)
+    mean, cov = conditional.moments(loc, scale_tril)
+
+    k_qq = gram(kernel, x_a, x_a)
+    k_qg = gram(kernel, x_a, x_g)  # (B, H, T, M)
+    k_gg = gram(kernel, x_g, x_g) + jitter * torch.eye(M, dtype=F64)
+    chol = torch.linalg.cholesky(k_gg)  # (H, M, M)
+    for h in range(H):
+        for d in range(DV):
+            v_g = torch.linalg.solve(chol[h].T, loc[h, d])
+            s_g = chol[h] @ scale_tril[h, d] @ scale_tril[h, d].T @ chol[h].T
+            for b in range(B):
+                kqg, kqq, va = k_qg[b, h], k_qq[b, h], v_a[b, h, :, d]
+                m_d = kqq @ va - kqg @ torch.linalg.solve(k_gg[h], kqg.T @ va) + kqg @ v_g
+                inv_kgq = torch.linalg.solve(k_gg[h], kqg.T)  # K_gg⁻¹ K_gq
+                sigma_d = kqq + inv_kgq.T @ (s_g - k_gg[h]) @ inv_kgq
+                torch.testing.assert_close(mean[b, h, d], m_d)
+                torch.testing.assert_close(cov[b, h, d], sigma_d)
+
+
+def test_amortised_kl_matches_design_formula(gp_inputs):
+    kernel, x_a, x_g, v_a, _, _ = gp_inputs
+    jitter = 1e-6
+    conditional = decoupled_conditional(kernel, x_a, x_g, v_a, jitter)
+    k_aa, k_ag = gram(kernel, x_a, x_a), gram(kernel, x_a, x_g)
+    k_gg = gram(kernel, x_g, x_g) + jitter * torch.eye(M, dtype=F64)
+    residual = k_aa - k_ag @ torch.linalg.solve(k_gg, k_ag.transpose(-1, -2))
+    expected = 0.5 * torch.einsum("bhtd,bhts,bhsd->b", v_a, residual, v_a)
+    torch.testing.assert_close(conditional.amortised_kl, expected)
+    assert (conditional.amortised_kl > 0).all()
+
+
+@pytest.mark.parametrize("sampling", ["marginal", "full"])
+def test_monte_carlo_over_u_g_matches_closed_form(gp_inputs, sampling):
+    """Many draws ε ~ q(ε), then F ~ p(F | ε): sample mean and variance of F are m_d and
+    diag Σ_d for both samplers; the full sampler also has the cross-token covariance Σ_d."""
+    kernel, x_a, x_g, v_a, loc, scale_tril = gp_inputs
+    conditional = decoupled_conditional(kernel, x_a, x_g, v_a, jitter=1e-6)
+    mean, cov = conditional.moments(loc, scale_tril)
+    n = 40_000
+    torch.manual_seed(0)
+    eps = MultivariateNormal(loc, scale_tril=scale_tril).sample((n,))  # (n, H, d, M)
+    f = conditional.distribution(eps, sampling).sample()  # (n, B, H, d, T)
+    variance = cov.diagonal(dim1=-2, dim2=-1)
+    standard_error = (variance / n).sqrt()
+    assert ((f.mean(0) - mean).abs() < 5 * standard_error).all()
+    torch.testing.assert_close(f.var(0), variance, rtol=0.05, atol=1e-3)
+    if sampling == "full":
+        centred = f - f.mean(0)
+        sample_cov = torch.einsum("nbhdt,nbhds->bhdts", centred, centred) / (n - 1)
+        torch.testing.assert_close(sample_cov, cov, rtol=0.0, atol=0.05 * variance.max().item())
+
+
+# ------------------------------------------------------------------ global KL and its guide
+def test_global_kl_equals_gpytorch_and_torch(gp_inputs):
+    """The KL of the u_g site that the ELBO uses (cholesky guide vs the layer's N(0, I) prior)
+    equals GPyTorch's whitened VariationalStrategy KL and torch's MVN KL, same parameters."""
+    _, _, _, _, loc, scale_tril = gp_inputs
+    loc, scale_tril = loc.float(), scale_tril.float()
+    options = default_options("sgpa", kernel="ard", n_inducing=M)
+    layer = DecoupledSGPAttention(H * DV, H, options, "layers.0.attn")
+
+    def model():  # the layer's forward pass, with only its inducing site visible
+        return poutine.block(layer, expose=["u_g"])(torch.randn(1, T, H * DV))
+
+    guide = AutoInducingCholesky(model)
+    guide()
+    guide.locs.u_g = loc
+    guide.scale_trils.u_g = scale_tril
+    ours = TraceMeanField_ELBO().loss(model, guide)  # no data: the loss is exactly the KL
+
+    class WhitenedGP(gpytorch.models.ApproximateGP):
+        def __init__(self):
+            variational = gpytorch.variational.CholeskyVariationalDistribution(
+                M, batch_shape=torch.Size([H, DV])
+            )
+            strategy = gpytorch.variational.VariationalStrategy(
+                self, torch.randn(H, DV, M, 1), variational, learn_inducing_locations=False
+            )
+            super().__init__(strategy)
+
+    gp = WhitenedGP()
+    gp.variational_strategy._variational_distribution.variational_mean.data = loc
+    gp.variational_strategy._variational_distribution.chol_variational_covar.data = scale_tril
+    from_gpytorch = gp.variational_strategy.kl_divergence().sum().item()
+    standard = MultivariateNormal(torch.zeros(M), scale_tril=torch.eye(M))
+    from_torch = kl_divergence(MultivariateNormal(loc, scale_tril=scale_tril), standard).sum()
+    assert ours == pytest.approx(from_gpytorch, rel=1e-4)
+    assert ours == pytest.approx(from_torch.item(), rel=1e-4)
+
+
+def sgpa_classifier(digits, **attention):
+    options = {"kernel": "ard", "n_inducing": 4, "lengthscale": 4.0, "outputscale": 0.1}
+    return build_classifier(tiny_spec("sgpa", prior="last_layer", **(options | attention)), digits)
+
+
+@pytest.mark.parametrize("inducing", ["cholesky", "diagonal", "delta"])
+def test_every_inducing_guide_trains_with_decreasing_loss(digits, inducing):
+    classifier = sgpa_classifier(digits)
+    model = self_guided(classifier)
+    guide = build_guide(model, classifier, GuideSpec(name="delta", inducing=inducing))
+    index, inputs, mask, labels = next(digits.train.batches(64))
+    n = len(digits.train)
+    guide(inputs, mask, labels)
+    guide_sites = set(poutine.trace(guide).get_trace(inputs, mask, labels).nodes)
+    assert {"encoder.layers.0.attn.u_g", "head.weight", "head.bias"} <= guide_sites
+    svi = SVI(model, guide, pyro.optim.Adam({"lr": 0.02}), TraceMeanField_ELBO())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        losses = [svi.step(inputs, mask, labels, index=index, n_data=n) for _ in range(40)]
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert sum(losses[-5:]) < 0.8 * sum(losses[:5])
+
+
+def test_amortised_kl_is_a_per_example_factor_in_the_data_plate(digits):
+    """The model adds −N/B Σ_b KL_amortised,b: the per-dataset ELBO's Σ_n KL_amortised,n."""
+    classifier = sgpa_classifier(digits)
+    index, inputs, mask, labels = next(digits.train.batches(8))
+    n = len(digits.train)
+    trace = poutine.trace(classifier).get_trace(inputs, mask, labels, index=index, n_data=n)
+    site = trace.nodes["layers.0.attn.kl_amortised"]
+    assert site["scale"] == pytest.approx(n / len(inputs))
+    assert [frame.name for frame in site["cond_indep_stack"]] == ["data"]
+    log_factor = site["fn"].log_prob(site["value"])
+    assert log_factor.shape == (len(inputs),) and (log_factor < 0).all()
+    assert trace.nodes["encoder.layers.0.attn.u_g"]["cond_indep_stack"] == ()
+
+
+# ------------------------------------------------------------------ numerics and padding
+def test_ill_conditioned_k_gg_is_retried_with_more_jitter():
+    g = torch.Generator().manual_seed(0)
+    rank_one = torch.ones(H, M, M) * 1e4 + torch.randn(H, M, M, generator=g) * 1e-3
+    rank_one = (rank_one + rank_one.transpose(-1, -2)) / 2
+    assert torch.linalg.cholesky_ex(rank_one + 1e-9 * torch.eye(M))[1].any()  # fails as given
+    chol = jittered_cholesky(rank_one, jitter=1e-9)
+    assert torch.isfinite(chol).all()
+    jitter = (chol @ chol.transpose(-1, -2) - rank_one).diagonal(dim1=-2, dim2=-1).mean()
+    assert 1e-9 < jitter.item() < 10.0  # some larger jitter was added, not an arbitrary one
+    with pytest.raises(NotPSDError):
+        jittered_cholesky(torch.full((M, M), float("nan")), jitter=1e-9)
+
+
+@pytest.mark.parametrize("sampling", ["marginal", "full"])
+def test_layer_with_coincident_global_points_gives_finite_outputs(sampling):
+    options = default_options("sgpa", kernel="exponential", n_inducing=M, jitter=1e-9)
+    options.sampling = sampling
+    layer = DecoupledSGPAttention(8, H, options, "layers.0.attn")
+    with torch.no_grad():
+        layer.z_g.copy_(layer.z_g[:, :1].expand_as(layer.z_g))  # K_gg of rank one
+        layer.kernel.outputscale = torch.full((H,), 50.0)
+    x = torch.randn(B, T, 8)
+    out = poutine.trace(layer).get_trace(x).nodes["_RETURN"]["value"]
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("kind", ["sgpa", "sgpa_standard"])
+def test_padding_tokens_do_not_change_real_outputs(kind):
+    """Changing the padding tokens leaves the outputs' distribution at real tokens unchanged."""
+    options = default_options(kind, kernel="ard", lengthscale=2.0)
+    cls = DecoupledSGPAttention if kind == "sgpa" else StandardSGPAttention
+    layer = cls(8, H, options, "layers.0.attn")
+    x = torch.randn(B, T, 8)
+    mask = torch.ones(B, T, dtype=torch.bool)
+    mask[1, 3:] = False
+    other = x.clone()
+    other[1, 3:] = torch.randn(2, 8) * 5.0
+    outputs = []
+    for inputs in (x, other):
+        pyro.set_rng_seed(3)
+        outputs.append(poutine.trace(layer).get_trace(inputs, mask).nodes["_RETURN"]["value"])
+    torch.testing.assert_close(outputs[0][mask], outputs[1][mask])
+
+
+# ------------------------------------------------------------------ standard SGPA
+def test_standard_sgpa_mean_covariance_and_kl(gp_inputs):
+    kernel, x_a, _, v_a, _, _ = gp_inputs
+    sigma = torch.rand(B, H, T, DV, dtype=F64) + 0.5
+    posterior = standard_posterior(kernel, x_a, v_a, sigma, jitter=1e-9)
+    mean, cov = posterior.moments()
+    k_aa = gram(kernel, x_a, x_a)
+    torch.testing.assert_close(mean, (k_aa @ v_a).transpose(-1, -2))  # kernel attention
+    # Σ_d = K_aa + K_aa (K_aa⁻¹ S_d K_aa⁻¹ − K_aa⁻¹) K_aa = S_d = L_K diag(σ_d²) L_Kᵀ
+    chol = torch.linalg.cholesky(k_aa + 1e-9 * torch.eye(T, dtype=F64))
+    s_d = chol.unsqueeze(2) @ torch.diag_embed(sigma.transpose(-1, -2) ** 2) @ chol.mT.unsqueeze(2)
+    torch.testing.assert_close(cov, s_d)
+    whitened_mean = torch.linalg.solve_triangular(chol, k_aa @ v_a, upper=False).mT
+    expected_kl = kl_divergence(Normal(whitened_mean, sigma.mT), Normal(0.0, 1.0)).sum((1, 2, 3))
+    torch.testing.assert_close(posterior.kl, expected_kl)
+
+
+# ------------------------------------------------------------------ specs and describe
+@pytest.mark.parametrize(
+    "name, heads, width, inducing", [("imdb", 8, 128, 50), ("cola", 4, 256, 5)]
+)
+def test_text_specs_parse_and_stop_at_the_missing_loader(name, heads, width, inducing):
+    spec = load_model_spec(ROOT / "models" / name / "sgpa.toml")
+    attention = spec.model.attention
+    assert (spec.model.n_layers, spec.model.n_heads, spec.model.d_model) == (2, heads, width)
+    assert (attention.kind, attention.kernel, attention.n_inducing) == (
+        "sgpa",
+        "exponential",
+        inducing,
+    )
+    with pytest.raises(ConfigError, match="text loaders not available yet"):
+        load_data(spec.data)
+
+
+def test_describe_lists_the_inducing_sites_of_the_digits_spec():
+    spec = load_model_spec(ROOT / "models" / "digits" / "sgpa.toml")
+    rows = {row["site"]: row for row in site_table(spec)}
+    heads, d_head = spec.model.n_heads, spec.model.d_model // spec.model.n_heads
+    m_g = spec.model.attention.n_inducing
+    for layer in range(spec.model.n_layers):
+        row = rows[f"encoder.layers.{layer}.attn.u_g"]
+        assert row["role"] == "global"
+        assert row["event_shape"] == str((heads, d_head, m_g))
+        assert rows[f"layers.{layer}.attn.f"]["role"] == "local (per example)"
