@@ -1,4 +1,4 @@
-"""The ``probtrans`` command: fit, evaluate, describe.
+"""The ``probtrans`` command: fit, evaluate, describe, corrections.
 
 User errors (missing file, unknown key, bad value) print one ``error:`` line naming the file or
 field and exit with status 2; nothing already written is touched.
@@ -67,6 +67,12 @@ def cmd_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_corrections(args: argparse.Namespace) -> int:
+    from probtrans.corrections import main as corrections_main
+
+    return corrections_main(args.args)
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="probtrans", description="Transformers that estimate their own uncertainty (Pyro)."
@@ -93,11 +99,24 @@ def parser() -> argparse.ArgumentParser:
     describe = sub.add_parser("describe", help="list the Pyro sample sites of a model spec")
     describe.add_argument("model", help="model spec (TOML)")
     describe.set_defaults(run=cmd_describe)
+
+    corrections = sub.add_parser(
+        "corrections",
+        add_help=False,
+        help="Probabilistic Transformers: accuracy as annotator corrections propagate",
+    )
+    corrections.add_argument("args", nargs=argparse.REMAINDER)
+    corrections.set_defaults(run=cmd_corrections)
     return top
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    top = parser()
+    args, extra = top.parse_known_args(argv)
+    if args.command == "corrections":  # its own options go to probtrans.corrections
+        args.args = extra + args.args
+    elif extra:
+        top.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.run(args)
     except ProbtransError as err:

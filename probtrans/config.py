@@ -129,7 +129,7 @@ class InferenceSpec:
 
 
 # ------------------------------------------------------------------------------- loading
-def _read_toml(path: str | Path) -> dict:
+def read_toml(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such file")
@@ -195,7 +195,7 @@ def load_model_spec(path: str | Path) -> ModelSpec:
     """Read and validate a model spec (e.g. ``models/digits/h_sto.toml``)."""
     from probtrans.attention import attention_options
 
-    raw = _read_toml(path)
+    raw = read_toml(path)
     net_table = dict(raw.get("model", {}))
     attn_table = dict(net_table.pop("attention", {}))
     spec = build_dataclass(ModelSpec, {**raw, "model": net_table}, str(path))
@@ -229,7 +229,7 @@ def load_inference_spec(path: str | Path) -> InferenceSpec:
     """Read and validate an inference spec (e.g. ``inference/mfvi.toml``)."""
     from probtrans.guides import GUIDES
 
-    spec = build_dataclass(InferenceSpec, _read_toml(path), str(path))
+    spec = build_dataclass(InferenceSpec, read_toml(path), str(path))
     spec.path = str(path)
     if spec.guide.name not in GUIDES:
         raise ConfigError(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from probtrans.attention.base import SELF_GUIDED, MultiHeadAttention, sample_attention
+from probtrans.attention.gaussian_mixture import GaussianMixtureAttention, GaussianMixtureOptions
 from probtrans.attention.hierarchical import HierarchicalAttention, HierarchicalOptions
 from probtrans.attention.sgpa import (
     DecoupledSGPAttention,
@@ -34,6 +35,7 @@ register_attention("sto", StochasticAttention, StochasticOptions)
 register_attention("h_sto", HierarchicalAttention, HierarchicalOptions)
 register_attention("sgpa", DecoupledSGPAttention, SGPAOptions)
 register_attention("sgpa_standard", StandardSGPAttention, StandardSGPAOptions)
+register_attention("gaussian_mixture", GaussianMixtureAttention, GaussianMixtureOptions)
 
 
 def attention_options(table: dict, file: str = "<spec>", prefix: str = "model.attention") -> Any:

@@ -1,0 +1,230 @@
+"""The corrections curve: accuracy on the pixels an annotator did not fix, as she fixes more.
+
+For each test image of the digits segmentation task (:mod:`probtrans.segmentation`) the annotator
+gives the correct label of k pixels; the labelling units absorb them by EM (Movellan & Gabbur 2020,
+Eq. 35–38, :func:`probtrans.adaptation.propagate_corrections`) and every pixel is labelled again.
+The score is the accuracy on the 64 − k uncorrected pixels, against the same pixels labelled
+without the corrections. With ``selection = "random"`` the fixed pixels are drawn uniformly, so
+without propagation the expected accuracy does not depend on k and any gain is propagation;
+``"errors"`` fixes the model's mistakes first (a realistic annotator; both columns then rise).
+The sets are nested: the first k of one random order per image.
+
+    probtrans corrections [SPEC] [--out DIR] [--ks 0,1,2,5,10,20] [--n-test N]
+                                    [--seed S]
+
+trains the model of SPEC (or reloads it from DIR/model.pt when trained from the same settings),
+prints the table and writes DIR/corrections.json and DIR/corrections.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+from matplotlib.figure import Figure
+from torch import Tensor
+
+from probtrans.checkpoint import atomic_write, load_checkpoint, save_checkpoint
+from probtrans.errors import ConfigError, ProbtransError
+from probtrans.segmentation import (
+    N_PIXELS,
+    CorrectionSpec,
+    SegmentationData,
+    SegmentationModel,
+    SegmentationSpec,
+    check_ks,
+    correct,
+    load_segmentation_data,
+    load_segmentation_spec,
+    train_segmentation,
+    training_fingerprint,
+)
+
+DEFAULT_SPEC = "models/digits_segmentation/gaussian_mixture.toml"
+
+
+def annotator_order(
+    predictions: Tensor, labels: Tensor, selection: str, generator: torch.Generator
+) -> Tensor:
+    """The order in which the annotator fixes pixels, per image: (N, 64) pixel indices.
+
+    ``random``: a uniform random order; ``errors``: the wrong pixels first (in random order).
+    """
+    order = torch.argsort(torch.rand(labels.shape, generator=generator), dim=1)
+    if selection == "errors":
+        wrong = (predictions != labels).gather(1, order)
+        order = order.gather(1, torch.argsort((~wrong).long(), dim=1, stable=True))
+    return order
+
+
+def sem(per_image: Tensor) -> float:
+    """Standard error of the mean over images."""
+    return (per_image.std() / len(per_image) ** 0.5).item()
+
+
+@torch.no_grad()
+def corrections_curve(
+    model: SegmentationModel, noisy: Tensor, labels: Tensor, spec: CorrectionSpec, seed: int
+) -> dict:
+    """Accuracy on uncorrected pixels for each k of ``spec.ks``, with and without propagation.
+
+    noisy: (N, 8, 8) test inputs; labels: (N, 64). Means and standard errors over images.
+    """
+    before = model(noisy).argmax(-1)  # (N, 64)
+    order = annotator_order(before, labels, spec.selection, torch.Generator().manual_seed(seed))
+    rows = []
+    for k in spec.ks:
+        index = order[:, :k]  # (N, k)
+        after = before
+        if k > 0:
+            after = correct(model, noisy, index, labels.gather(1, index), spec).argmax(-1)
+        uncorrected = torch.ones_like(labels, dtype=torch.bool).scatter(1, index, False)
+        n = uncorrected.sum(1)  # (N,) = 64 − k
+        with_prop = ((after == labels) & uncorrected).sum(1) / n
+        without = ((before == labels) & uncorrected).sum(1) / n
+        rows.append({
+            "k": k,
+            "accuracy": with_prop.mean().item(),
+            "accuracy_sem": sem(with_prop),
+            "accuracy_without_propagation": without.mean().item(),
+            "accuracy_without_propagation_sem": sem(without),
+            "gain": (with_prop - without).mean().item(),
+            "gain_sem": sem(with_prop - without),  # paired over images
+        })
+    return {"selection": spec.selection, "n_test": len(labels), "rows": rows}
+
+
+def format_table(curve: dict) -> str:
+    lines = [
+        f"accuracy on uncorrected pixels, mean ± s.e. over {curve['n_test']} test images "
+        f"(annotator: {curve['selection']} pixels)",
+        f"{'k':>3}  {'with propagation':>17}  {'without':>17}  {'gain (paired)':>17}",
+    ]
+    for row in curve["rows"]:
+        lines.append(
+            f"{row['k']:>3}  {row['accuracy']:>8.4f} ± {row['accuracy_sem']:.4f}  "
+            f"{row['accuracy_without_propagation']:>8.4f} ± "
+            f"{row['accuracy_without_propagation_sem']:.4f}  "
+            f"{row['gain']:>+8.4f} ± {row['gain_sem']:.4f}"
+        )
+    return "\n".join(lines)
+
+
+def save_plot(curve: dict, path: Path, title: str) -> None:
+    ks = [row["k"] for row in curve["rows"]]
+    fig = Figure(figsize=(5, 3.5))
+    ax = fig.subplots()
+    for key, label in (("accuracy", "with propagation (Eq. 35–38)"),
+                       ("accuracy_without_propagation", "without propagation")):
+        ax.errorbar(ks, [r[key] for r in curve["rows"]], [r[f"{key}_sem"] for r in curve["rows"]],
+                    marker="o", capsize=3, label=label)
+    ax.set_xlabel("pixels corrected by the annotator (k)")
+    ax.set_ylabel("accuracy on uncorrected pixels")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
+
+
+def trained_model(
+    spec: SegmentationSpec, data: SegmentationData, out: Path
+) -> tuple[SegmentationModel, bool]:
+    """Reload DIR/model.pt if it was trained from the same settings, else train and save it."""
+    path = out / "model.pt"
+    fingerprint = json.dumps(training_fingerprint(spec), sort_keys=True)
+    model = SegmentationModel(spec.model)
+    if path.is_file():
+        saved = load_checkpoint(path)
+        if saved.get("fingerprint") == fingerprint:
+            model.load_state_dict(saved["state"])
+            return model.eval(), True
+    model = train_segmentation(spec, data)
+    save_checkpoint(path, {"fingerprint": fingerprint, "state": model.state_dict()})
+    return model, False
+
+
+def parse_ks(text: str) -> list[int]:
+    try:
+        ks = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"--ks = {text!r}: must be integers separated by commas") from None
+    check_ks(ks, "--ks")
+    return ks
+
+
+def run(spec: SegmentationSpec, out: Path) -> dict:
+    """Train or reload, evaluate the curve, write JSON and PNG into ``out``; returns the JSON."""
+    start = time.perf_counter()
+    data = load_segmentation_data(spec.data, spec.seed)
+    model, reloaded = trained_model(spec, data, out)
+    trained = time.perf_counter()
+    n = spec.corrections.n_test
+    curve = corrections_curve(
+        model, data.test_noisy[:n], data.test_labels[:n], spec.corrections, spec.seed
+    )
+    result = {
+        "spec": spec.path,
+        "seed": spec.seed,
+        "data": dataclasses.asdict(spec.data),
+        "corrections": dataclasses.asdict(spec.corrections),
+        "n_pixels": N_PIXELS,
+        "model_reloaded": reloaded,
+        "train_or_load_seconds": round(trained - start, 2),
+        **curve,
+        "wall_seconds": round(time.perf_counter() - start, 2),
+    }
+    atomic_write(out / "corrections.json",
+                 lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n"))
+    save_plot(curve, out / "corrections.png",
+              f"{Path(spec.path).name}: digits, noise σ = {spec.data.noise_std}, "
+              f"distractor contrast {spec.data.distractor_contrast}")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="probtrans corrections",
+        description="Accuracy on uncorrected pixels as an annotator corrects k pixels.",
+    )
+    parser.add_argument("spec", nargs="?", default=DEFAULT_SPEC, help="segmentation model spec")
+    parser.add_argument("--out", default="runs/corrections", help="output directory")
+    parser.add_argument("--ks", help="numbers of corrected pixels, e.g. 0,1,2,5,10,20")
+    parser.add_argument("--n-test", type=int, help="test images evaluated")
+    parser.add_argument("--seed", type=int, help="seed of training, test noise and annotator")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    try:
+        spec = load_segmentation_spec(args.spec)
+        if args.ks is not None:
+            spec.corrections.ks = parse_ks(args.ks)
+        if args.n_test is not None:
+            if not 2 <= args.n_test <= spec.data.n_test:
+                raise ConfigError(
+                    f"--n-test = {args.n_test}: must be in 2..{spec.data.n_test} "
+                    f"(data.n_test of {spec.path})"
+                )
+            spec.corrections.n_test = args.n_test
+        if args.seed is not None:
+            spec.seed = args.seed
+        result = run(spec, Path(args.out))
+    except ProbtransError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(format_table(result))
+    out = Path(args.out)
+    print(f"wall time {result['wall_seconds']:.1f} s (training or reloading "
+          f"{result['train_or_load_seconds']:.1f} s); wrote {out / 'corrections.json'} and "
+          f"{out / 'corrections.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
