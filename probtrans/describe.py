@@ -56,4 +56,4 @@ def format_sites(rows: list[dict[str, str]]) -> str:
     lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
     lines.append("  ".join("-" * widths[c] for c in columns))
     lines += ["  ".join(r[c].ljust(widths[c]) for c in columns) for r in rows]
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
