@@ -1,0 +1,47 @@
+"""Guides by name: which sites each one covers."""
+
+from __future__ import annotations
+
+import pytest
+from pyro import poutine
+from pyro.infer.autoguide import AutoDelta, AutoGuideList, AutoLowRankMultivariateNormal
+
+from probtrans.config import GuideSpec
+from probtrans.guides import build_guide
+from probtrans.model import build_classifier
+from probtrans.objective import self_guided
+from tests.conftest import tiny_spec
+
+
+def guide_sites(guide, digits):
+    _, inputs, mask, labels = next(digits.train.batches(4))
+    trace = poutine.trace(guide).get_trace(inputs, mask, labels)
+    return {
+        name
+        for name, site in trace.nodes.items()
+        if site["type"] == "sample" and not site["infer"].get("is_auxiliary")
+    }
+
+
+@pytest.mark.parametrize("max_dims,last_layer_only", [(10**9, False), (100, True)])
+def test_lowrank_goes_on_the_last_layer_of_large_nets(digits, max_dims, last_layer_only):
+    classifier = build_classifier(tiny_spec("sto", prior="all"), digits)
+    model = self_guided(classifier)
+    spec = GuideSpec(name="lowrank", sites="auto", max_lowrank_dims=max_dims)
+    guide = build_guide(model, classifier, spec)
+    sites = guide_sites(guide, digits)
+    assert sites >= set(classifier.initial_weights)  # every weight with a prior is covered
+    if last_layer_only:
+        assert isinstance(guide, AutoGuideList)
+        lowrank, delta = guide
+        assert isinstance(lowrank, AutoLowRankMultivariateNormal) and isinstance(delta, AutoDelta)
+        assert set(lowrank.prototype_trace.stochastic_nodes) == {"head.weight", "head.bias"}
+    else:
+        assert isinstance(guide, AutoLowRankMultivariateNormal)
+
+
+def test_guides_never_see_attention_sites(digits):
+    classifier = build_classifier(tiny_spec("h_sto", prior="last_layer"), digits)
+    for name in ("delta", "normal", "lowrank"):
+        guide = build_guide(self_guided(classifier), classifier, GuideSpec(name=name))
+        assert guide_sites(guide, digits) == {"head.weight", "head.bias"}
