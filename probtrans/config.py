@@ -24,12 +24,18 @@ from probtrans.errors import ConfigError
 class DataSpec:
     """Which data set and how it is split (see :mod:`probtrans.data`)."""
 
-    name: Literal["digits", "imdb", "cola"] = "digits"  # imdb, cola: specs parse, no loader yet
+    name: Literal["digits", "imdb", "cola"] = "digits"
+    split_seed: int = 0
+    # digits only
     patch_size: int = 2  # image patches are patch_size × patch_size pixels
     ood_classes: list[int] = field(default_factory=lambda: [8, 9])  # held out as out-of-domain
     val_fraction: float = 0.2
     test_fraction: float = 0.2
-    split_seed: int = 0
+    # text only (imdb, cola; see probtrans.data.text and probtrans.data.tokenize)
+    protocol: Literal["h_sto", "sgpa"] = "h_sto"  # whose train/validation/test split
+    vocab_size: int = 20_000  # most frequent training words kept, with the pad and unknown ids
+    min_freq: int = 1  # words seen fewer times in training map to the unknown id
+    max_len: int = 512  # tokens kept per text; at most model.max_len
 
 
 @dataclass
@@ -223,6 +229,15 @@ def validate_model_spec(spec: ModelSpec) -> None:
         value = getattr(data, name)
         if not 0.0 < value < 0.5:
             raise ConfigError(f"{spec.path}: data.{name} = {value}: must be in (0, 0.5)")
+    for name in ("max_len", "min_freq"):
+        _positive(getattr(data, name), f"{spec.path}: data.{name}")
+    if data.vocab_size < 3:
+        raise ConfigError(f"{spec.path}: data.vocab_size = {data.vocab_size}: must be >= 3")
+    if data.name != "digits" and data.max_len > net.max_len:
+        raise ConfigError(
+            f"{spec.path}: data.max_len = {data.max_len}: must be at most "
+            f"model.max_len = {net.max_len}"
+        )
 
 
 def load_inference_spec(path: str | Path) -> InferenceSpec:

@@ -102,5 +102,4 @@ def build_classifier(spec: ModelSpec, data: DataBundle) -> Classifier:
         norm=net.norm,
         pooling=net.pooling,
     )
-    pyro.clear_param_store()  # PyroModule parameters are looked up by name in the param store
     return Classifier(encoder, net.d_model, data.n_classes, net.prior)

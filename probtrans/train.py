@@ -1,5 +1,9 @@
 """SVI training loop: ELBO, optimiser with a learning-rate schedule, KL weight and annealing,
 validation after every epoch, early stopping, best-state checkpoints.
+
+Each step minimises ``elbo.differentiable_loss(model, guide, ...)`` with a PyTorch optimiser over
+the classifier's and the guide's parameters: Pyro's recommended loop for PyroModules that keep
+their parameters locally (see :mod:`probtrans`).
 """
 
 from __future__ import annotations
@@ -10,9 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyro
-import pyro.optim
 import torch
-from pyro.infer import SVI
 from pyro.optim.clipped_adam import ClippedAdam
 from tqdm.auto import tqdm
 
@@ -42,13 +44,16 @@ class TrainResult:
     best: TrainState | None = None
 
 
-def make_optimizer(spec: OptimSpec, total_steps: int) -> pyro.optim.PyroLRScheduler:
-    """Adam or ClippedAdam under a per-step schedule (constant, cosine decay, or exponential)."""
-    optim_args = {"lr": spec.lr, "weight_decay": spec.weight_decay}
+def make_optimizer(
+    spec: OptimSpec, params: list[torch.nn.Parameter], total_steps: int
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """Adam or Pyro's ClippedAdam, and a per-step schedule (constant, cosine decay, exponential)."""
     if spec.name == "clipped_adam":
-        optimizer, optim_args["clip_norm"] = ClippedAdam, spec.clip_norm
+        optimizer = ClippedAdam(
+            params, lr=spec.lr, weight_decay=spec.weight_decay, clip_norm=spec.clip_norm
+        )
     else:
-        optimizer = torch.optim.Adam
+        optimizer = torch.optim.Adam(params, lr=spec.lr, weight_decay=spec.weight_decay)
     schedules = {
         "constant": lambda step: 1.0,
         "cosine": lambda step: (
@@ -56,9 +61,7 @@ def make_optimizer(spec: OptimSpec, total_steps: int) -> pyro.optim.PyroLRSchedu
         ),
         "exponential": lambda step: spec.gamma**step,
     }
-    return pyro.optim.LambdaLR(
-        {"optimizer": optimizer, "optim_args": optim_args, "lr_lambda": schedules[spec.schedule]}
-    )
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedules[spec.schedule])
 
 
 def kl_annealing_at(spec: InferenceSpec, epoch_progress: float) -> float:
@@ -100,9 +103,14 @@ def fit(
     guide = build_guide(model, classifier, spec.guide)
     n_train = len(data.train)
     kl = KLWeight(spec.elbo.kl_weight * (n_train if spec.elbo.kl_scale == "authors" else 1))
+    model, guide_fn = kl(model), kl(guide)
+    elbo = make_elbo(spec.elbo)
+    first = next(data.train.batches(2))
+    with torch.no_grad():  # the guide creates its parameters on its first call
+        guide(*(t if t is None else t.to(device) for t in first[1:]))
+    params = list(classifier.parameters()) + list(guide.parameters())
     steps_per_epoch = math.ceil(n_train / spec.train.batch_size)
-    optimizer = make_optimizer(spec.optim, spec.train.epochs * steps_per_epoch)
-    svi = SVI(kl(model), kl(guide), optimizer, loss=make_elbo(spec.elbo))
+    optimizer, schedule = make_optimizer(spec.optim, params, spec.train.epochs * steps_per_epoch)
     generator = torch.Generator().manual_seed(seed)
 
     result = TrainResult(guide=guide)
@@ -118,8 +126,14 @@ def fit(
             kl.annealing = kl_annealing_at(spec, epoch - 1 + step / steps_per_epoch)
             inputs, labels = inputs.to(device), labels.to(device)
             mask = None if mask is None else mask.to(device)
-            total += svi.step(inputs, mask, labels, index=index.to(device), n_data=n_train)
-            optimizer.step()  # advance the learning-rate schedule
+            optimizer.zero_grad()
+            loss = elbo.differentiable_loss(
+                model, guide_fn, inputs, mask, labels, index=index.to(device), n_data=n_train
+            )
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            total += loss.item()
         classifier.eval()
         record = {
             "epoch": epoch,

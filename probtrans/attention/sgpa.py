@@ -88,11 +88,9 @@ class StandardSGPAOptions:
 def whitened_prior(layer: DecoupledSGPAttention) -> dist.Distribution:
     """p(ε) = N(0, I) for every head and output dimension: event shape (H, d_head, M_g)."""
     eye = layer.prior_scale_tril  # (M_g, M_g)
-    return (
-        dist.MultivariateNormal(eye.new_zeros(len(eye)), scale_tril=eye)
-        .expand([layer.n_heads, layer.d_head])
-        .to_event(2)
-    )
+    # a full-shape (not expanded) mean: guides initialised at it get writable parameters
+    loc = eye.new_zeros(layer.n_heads, layer.d_head, len(eye))
+    return dist.MultivariateNormal(loc, scale_tril=eye).to_event(2)
 
 
 class KernelAttention(MultiHeadAttention, PyroModule):

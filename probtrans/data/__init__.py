@@ -66,5 +66,7 @@ def load_data(spec: DataSpec) -> DataBundle:
 
         return load_digits_bundle(spec)
     if spec.name in ("imdb", "cola"):
-        raise ConfigError(f"data.name = {spec.name!r}: text loaders not available yet")
+        from probtrans.data.tokenize import load_text_bundle
+
+        return load_text_bundle(spec)
     raise ConfigError(f"data.name = {spec.name!r}: unknown data set")

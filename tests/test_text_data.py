@@ -1,0 +1,235 @@
+"""Text data: the papers' split protocols, the training-only vocabulary, padding, the on-disk
+cache and row validation. Tests on the real data need ``$PROBTRANS_DATA_DIR`` (the staged copies
+of IMDB, CR and CoLA); IMDB is only read and split here, never tokenised (too slow for a test)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from probtrans.config import DataSpec, load_model_spec
+from probtrans.data import load_data
+from probtrans.data import tokenize as tokenize_module
+from probtrans.data.text import (
+    load_text_task,
+    read_labelled_file,
+    read_source,
+    split_indices,
+    split_sizes,
+)
+from probtrans.errors import ConfigError, ProbtransError
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = os.environ.get("PROBTRANS_DATA_DIR")
+needs_data = pytest.mark.skipif(
+    not DATA or not Path(DATA, "cola").is_dir(),
+    reason="PROBTRANS_DATA_DIR is unset or has no staged text data (imdb/, cr/, cola/)",
+)
+
+
+@pytest.fixture(scope="session")
+def cache(tmp_path_factory):
+    """A private cache folder for the whole session."""
+    with pytest.MonkeyPatch.context() as mp:
+        path = tmp_path_factory.mktemp("cache")
+        mp.setenv("PROBTRANS_CACHE_DIR", str(path))
+        yield path
+
+
+def cola_spec(protocol: str = "h_sto", seed: int = 0, **kw) -> DataSpec:
+    return DataSpec(name="cola", protocol=protocol, split_seed=seed, **{"max_len": 100, **kw})
+
+
+@pytest.fixture(scope="session")
+def cola(cache):
+    return load_data(cola_spec())
+
+
+# ------------------------------------------------------------------------- without the data
+@pytest.mark.parametrize(
+    "name, protocol, n, sizes",
+    [
+        ("imdb", "h_sto", 25_000, (22_500, 2_500, 0)),
+        ("imdb", "sgpa", 50_000, (35_000, 5_000, 10_000)),
+        ("cola", "h_sto", 9_078, (6_354, 908, 1_816)),
+        ("cola", "sgpa", 9_078, (6_355, 907, 1_816)),
+    ],
+)
+def test_protocol_sizes_and_disjoint_indices(name, protocol, n, sizes):
+    assert split_sizes(name, protocol, n) == sizes
+    parts = split_indices(name, protocol, 0, n)
+    assert tuple(len(p) for p in parts) == sizes
+    assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(n))  # disjoint, complete
+    again = split_indices(name, protocol, 0, n)
+    other = split_indices(name, protocol, 1, n)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))
+    assert not np.array_equal(parts[0], other[0])
+
+
+def test_text_spec_fields(tmp_path):
+    for name in ("imdb", "cola"):
+        for protocol in ("h_sto", "sgpa"):
+            spec = load_model_spec(ROOT / f"models/{name}/{protocol}.toml")
+            assert (spec.data.name, spec.data.protocol) == (name, protocol)
+    spec = load_model_spec(ROOT / "models/imdb/h_sto.toml")
+    assert (spec.data.protocol, spec.data.max_len, spec.model.attention.tau2) == ("h_sto", 512, 20)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[data]\nname = "cola"\nmax_len = 200\n[model]\nmax_len = 100\n')
+    with pytest.raises(ConfigError, match=r"bad.toml: data.max_len = 200: .*model.max_len = 100"):
+        load_model_spec(bad)
+    bad.write_text('[data]\nname = "cola"\nprotocol = "other"\n')
+    with pytest.raises(ConfigError, match=r"bad.toml: data.protocol = 'other'"):
+        load_model_spec(bad)
+
+
+def test_malformed_tsv_rows_named_by_file_and_line(tmp_path):
+    path = tmp_path / "rows.tsv"
+    path.write_bytes(
+        b"text\tlabel\n"
+        b"a fine sentence\t1\n"
+        b"no label here\t\n"
+        b"label out of range\t3\n"
+        b"  \t0\n"
+        b"caf\xe9 latin-1\t1\n"
+        b"last good one\t0\n"
+    )
+    with pytest.raises(ProbtransError) as err:
+        read_labelled_file(path)
+    message = str(err.value)
+    for line, what in [
+        (3, "missing label"),
+        (4, "label 3 is outside the classes 0..1"),
+        (5, "empty or missing text"),
+        (6, "not valid UTF-8"),
+    ]:
+        assert f"{path}:{line}: {what}" in message
+    assert f"{path}:2:" not in message and f"{path}:7:" not in message
+
+
+def test_malformed_jsonl_rows_named_by_file_and_line(tmp_path):
+    path = tmp_path / "rows.jsonl.gz"
+    lines = [
+        json.dumps({"text": "good", "label": 0}).encode(),
+        json.dumps({"text": "no label"}).encode(),
+        json.dumps({"text": "three", "label": 3}).encode(),
+        json.dumps({"text": "", "label": 1}).encode(),
+        b'{"text": "bad \xff bytes", "label": 1}',
+        b"{not json",
+        json.dumps({"label": 1}).encode(),
+    ]
+    path.write_bytes(gzip.compress(b"\n".join(lines) + b"\n"))
+    with pytest.raises(ProbtransError) as err:
+        read_labelled_file(path)
+    message = str(err.value)
+    for line, what in [
+        (2, "missing label"),
+        (3, "label 3 is outside"),
+        (4, "empty or missing text"),
+        (5, "not valid UTF-8"),
+        (6, "not a JSON object"),
+    ]:
+        assert f"{path}:{line}: {what}" in message
+    assert "(and 1 more malformed rows)" in message  # line 7, beyond the first five
+    good = tmp_path / "good.jsonl"
+    good.write_text(lines[0].decode() + "\n")
+    rows = read_labelled_file(good)
+    assert rows["text"] == ["good"] and rows["label"] == [0]
+
+
+# ---------------------------------------------------------------------------- with the data
+@needs_data
+def test_imdb_sizes_and_balance():
+    train, test, cr = read_source("imdb/train"), read_source("imdb/test"), read_source("cr/test")
+    assert (len(train), len(test), len(cr)) == (25_000, 25_000, 500)
+    labels = np.array(train["label"])
+    tr, va, te = split_indices("imdb", "h_sto", 0, len(train))
+    assert (len(tr), len(va), len(te)) == (22_500, 2_500, 0)
+    for rows in (tr, va):
+        assert abs(labels[rows].mean() - 0.5) < 0.03
+    pooled = np.concatenate([labels, np.array(test["label"])])
+    parts = split_indices("imdb", "sgpa", 0, len(pooled))
+    assert tuple(len(p) for p in parts) == (35_000, 5_000, 10_000)
+    for rows in parts:
+        assert abs(pooled[rows].mean() - 0.5) < 0.03
+
+
+@needs_data
+@pytest.mark.parametrize(
+    "protocol, sizes", [("h_sto", (6354, 908, 1816)), ("sgpa", (6355, 907, 1816))]
+)
+def test_cola_bundle(cache, protocol, sizes):
+    bundle = load_data(cola_spec(protocol))
+    assert (bundle.kind, bundle.class_names) == ("tokens", ["unacceptable", "acceptable"])
+    assert tuple(len(s) for s in (bundle.train, bundle.val, bundle.test)) == sizes
+    assert len(bundle.ood) == 516
+    assert bundle.ood.labels.sum().item() == 354  # labels kept as in the file
+    for split in (bundle.train, bundle.val, bundle.test):
+        assert abs(split.labels.float().mean().item() - 0.70) < 0.04  # 6388 / 9078 acceptable
+        assert split.inputs.dtype == torch.long and split.inputs.max() < bundle.vocab_size
+
+
+@needs_data
+def test_padding_mask_and_truncation(cola, cache):
+    for split in (cola.train, cola.test, cola.ood):
+        ids, mask = split.inputs, split.mask
+        assert mask.dtype == torch.bool and torch.equal(mask, ids != 0)
+        lengths = mask.sum(1)
+        assert lengths.min() > 0 and lengths.max() == ids.shape[1]  # padded to the longest
+        positions = torch.arange(ids.shape[1])
+        assert torch.equal(mask, positions < lengths[:, None])  # padding only at the end
+    short = load_data(cola_spec(max_len=8))
+    assert short.train.inputs.shape[1] == 8 and short.train.mask[:, -1].any()
+
+
+@needs_data
+def test_vocabulary_is_learned_on_train_only(cola):
+    task = load_text_task("cola", "h_sto", 0)
+    tokenizer = tokenize_module.train_tokenizer(task.train["text"], cola_spec(), False)
+    vocab = tokenizer.get_vocab()
+    assert (vocab["[PAD]"], vocab["[UNK]"]) == (0, 1) and len(vocab) == cola.vocab_size
+    train_words = {
+        t
+        for text in task.train["text"]
+        for t, _ in tokenizer.pre_tokenizer.pre_tokenize_str(text.lower())
+    }
+    assert set(vocab) - {"[PAD]", "[UNK]"} == train_words
+    for i, text in enumerate(task.test["text"]):
+        words = [t for t, _ in tokenizer.pre_tokenizer.pre_tokenize_str(text.lower())]
+        unseen = [k for k, w in enumerate(words) if w not in train_words]
+        if unseen:
+            assert (cola.test.inputs[i, unseen] == 1).all()
+            assert (cola.test.inputs[i, : len(words)] != 1).sum() == len(words) - len(unseen)
+            break
+    else:
+        pytest.fail("no test sentence with a word unseen in training")
+
+
+@needs_data
+def test_determinism_per_seed(cola, cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("PROBTRANS_CACHE_DIR", str(tmp_path))  # recomputed, not read back
+    same = load_data(cola_spec())
+    assert not same.description["from_cache"]
+    for a, b in ((cola.train, same.train), (cola.test, same.test), (cola.ood, same.ood)):
+        assert torch.equal(a.inputs, b.inputs) and torch.equal(a.labels, b.labels)
+    other = load_data(cola_spec(seed=1))
+    assert len(other.train) == len(cola.train)
+    assert not torch.equal(other.train.labels, cola.train.labels)
+
+
+@needs_data
+def test_second_load_comes_from_the_cache(cola, cache, monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("tokenizer trained again")
+
+    monkeypatch.setattr(tokenize_module, "train_tokenizer", fail)
+    again = load_data(cola_spec())
+    assert again.description["from_cache"]
+    assert torch.equal(again.train.inputs, cola.train.inputs)
+    assert torch.equal(again.val.mask, cola.val.mask)
+    assert Path(again.description["cache"]).parent == cache
