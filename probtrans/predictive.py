@@ -27,7 +27,7 @@ def attention_sites(classifier: Classifier) -> list[str]:
     names = []
     for layer in classifier.encoder.layers:
         attn = layer.attn
-        names += [attn.site(s) for s in getattr(attn, "sample_sites", ())]
+        names += [attn.site(s) for s in attn.sample_sites]
     return names
 
 

@@ -49,19 +49,24 @@ class MultiHeadAttention(nn.Module):
         d_model: width of the token representations.
         n_heads: number of heads; must divide ``d_model``.
         site_prefix: name prefix of this layer's Pyro sample sites, e.g. ``"layers.0.attn"``.
+        fused_qkv: build the fused query/key/value projection; kinds with their own projections
+            (SGPA's shared W_qk) pass False and override :meth:`forward`.
     """
 
     #: names (without prefix) of the local sample sites :meth:`attend` draws
     sample_sites: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, d_model: int, n_heads: int, site_prefix: str) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, site_prefix: str, fused_qkv: bool = True
+    ) -> None:
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"n_heads = {n_heads} must divide d_model = {d_model}")
         self.n_heads = n_heads
         self.d_head = d_model // n_heads
         self.site_prefix = site_prefix
-        self.qkv = nn.Linear(d_model, 3 * d_model)
+        if fused_qkv:
+            self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
 
     def forward(self, x: Tensor, key_mask: Tensor | None = None) -> Tensor:

@@ -105,8 +105,7 @@ class KernelAttention(MultiHeadAttention, PyroModule):
         outputscale: float,
         site_prefix: str,
     ) -> None:
-        super().__init__(d_model, n_heads, site_prefix)
-        del self.qkv  # W_q = W_k: the fused q/k/v projection is replaced by qk and value
+        super().__init__(d_model, n_heads, site_prefix, fused_qkv=False)  # W_q = W_k instead
         self.qk = nn.Linear(d_model, d_model, bias=False)
         self.value = nn.Linear(d_model, d_model, bias=False)
         self.kernel = head_kernel(kernel, n_heads, self.d_head, lengthscale, outputscale)
