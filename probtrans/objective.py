@@ -5,7 +5,8 @@ is the ELBO whose guide for the attention weights â is their own conditional p(
 terms log p(â | x, W) − log q(â | x, W) cancel exactly. :func:`self_guided` realises that guide
 without running the network twice: the attention sites are hidden from the ELBO's traces, so
 Pyro draws them (reparameterised) from the model's own distribution inside the single model
-pass and never computes their log-density. Guides are built on the same hidden model, so they
+pass and never computes their log-density (STO / H-STO even skip forming the weights: see
+:mod:`probtrans.attention.gumbel`). Guides are built on the same hidden model, so they
 only ever see global sites.
 
 :class:`KLWeight` multiplies the log-densities of all remaining latent sites (model prior and
@@ -17,12 +18,13 @@ the annealing factor a_t can change between steps (linear warm-up from 0 to 1).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from pyro import poutine
 from pyro.infer import ELBO, Trace_ELBO, TraceMeanField_ELBO
 from pyro.poutine.messenger import Messenger
 
-from probtrans.attention.base import KL_TERM, SELF_GUIDED
+from probtrans.attention.base import KL_TERM, SELF_GUIDED, fused_attention
 from probtrans.config import ElboSpec
 
 
@@ -31,8 +33,18 @@ def is_self_guided(msg: dict) -> bool:
 
 
 def self_guided(model: Callable) -> Callable:
-    """``model`` with its attention sites integrated by their own conditional distribution."""
-    return poutine.block(model, hide_fn=is_self_guided)
+    """``model`` with its attention sites integrated by their own conditional distribution.
+
+    The sites are hidden, so stochastic attention may take its fused path
+    (:func:`probtrans.attention.base.fused_attention`).
+    """
+    blocked = poutine.block(model, hide_fn=is_self_guided)
+
+    def self_guided_model(*args: Any, **kwargs: Any) -> Any:
+        with fused_attention():
+            return blocked(*args, **kwargs)
+
+    return self_guided_model
 
 
 class KLWeight(Messenger):

@@ -8,16 +8,42 @@ integrates with their own conditional distribution (see :mod:`probtrans.objectiv
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import ClassVar
 
 import pyro
 import torch
 from torch import Tensor, nn
 
+from probtrans.attention.gumbel import (
+    RelaxedOneHotCategorical,
+    RelaxedOneHotCategoricalStraightThrough,
+)
+
 #: ``infer`` flag of attention sites whose guide is their own conditional distribution.
 SELF_GUIDED = "probtrans_self_guided"
 #: ``infer`` flag of factor sites holding a per-example KL term (annealed like the global KL).
 KL_TERM = "probtrans_kl_term"
+
+_FUSED: ContextVar[bool] = ContextVar("probtrans_fused_attention", default=False)
+
+
+@contextmanager
+def fused_attention() -> Iterator[None]:
+    """Let stochastic attention kinds return â v from a fused kernel without recording their
+    attention sites. Only valid where those sites are hidden anyway: the self-guided objective
+    and Predictive without attention sites (:func:`probtrans.objective.self_guided`)."""
+    token = _FUSED.set(True)
+    try:
+        yield
+    finally:
+        _FUSED.reset(token)
+
+
+def fused_attention_enabled() -> bool:
+    return _FUSED.get()
 
 
 def sample_attention(name: str, distribution: pyro.distributions.Distribution) -> Tensor:
@@ -92,9 +118,5 @@ def relaxed_one_hot(
     logits: (B, H, L, K). Batch shape is (B,), so the site sits in the data plate.
     """
     tau = torch.tensor(temperature, dtype=logits.dtype, device=logits.device)
-    cls = (
-        pyro.distributions.RelaxedOneHotCategoricalStraightThrough
-        if hard
-        else pyro.distributions.RelaxedOneHotCategorical
-    )
+    cls = RelaxedOneHotCategoricalStraightThrough if hard else RelaxedOneHotCategorical
     return cls(tau, logits=logits).to_event(2)

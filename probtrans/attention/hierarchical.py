@@ -8,7 +8,8 @@ Per head, with centroids C ∈ R^{d_h × c}:
     â_v ~ RelaxedOneHotCategorical(τ₂, logits = q k̂ᵀ)     (Eq. 16)   (B, H, L, L)
     h   = â_v v                                            (Eq. 17)
 The authors' code shares one centroid matrix per layer across heads with c = 2; ``centroids =
-"head"`` gives each head its own.
+"head"`` gives each head its own. Under :func:`~probtrans.attention.base.fused_attention`, Eq.
+16–17 run as one fused kernel (:mod:`probtrans.attention.gumbel`).
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from torch import Tensor, nn
 
 from probtrans.attention.base import (
     MultiHeadAttention,
+    fused_attention_enabled,
     masked_logits,
     relaxed_one_hot,
     sample_attention,
 )
+from probtrans.attention.gumbel import fused_relaxed_attention
 
 
 @dataclass
@@ -57,8 +60,16 @@ class HierarchicalAttention(MultiHeadAttention):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None) -> Tensor:
         C = self.centroids  # (d_h, c) or (H, d_h, c); broadcasts over (B, H)
-        a_c = sample_attention(self.site("a_c"), relaxed_one_hot(self.tau1, k @ C, self.hard))
+        fused = fused_attention_enabled() and not self.hard
+        keys_over_centroids = relaxed_one_hot(self.tau1, k @ C, self.hard)
+        if fused:  # the site is hidden: draw it without the sample statement
+            a_c = keys_over_centroids.rsample()
+        else:
+            a_c = sample_attention(self.site("a_c"), keys_over_centroids)
         k_hat = a_c @ C.transpose(-1, -2)  # (B, H, L, d_h)
+        if fused:
+            dropout = self.dropout if self.training else 0.0
+            return fused_relaxed_attention(q, k_hat, v, self.tau2, key_mask, dropout)
         logits = masked_logits(q @ k_hat.transpose(-1, -2), key_mask)
         a_v = sample_attention(self.site("a_v"), relaxed_one_hot(self.tau2, logits, self.hard))
         return F.dropout(a_v, self.dropout, self.training) @ v

@@ -2,7 +2,9 @@
 
 Per head, â ~ RelaxedOneHotCategorical(τ, logits = q kᵀ) row-wise and h = â v; equivalently
 â = softmax((q kᵀ + g) / τ) with g iid Gumbel(0, 1). As in the authors' code there is no 1/√d
-scaling: τ absorbs it.
+scaling: τ absorbs it. Under :func:`~probtrans.attention.base.fused_attention` (training, and
+Predictive without attention sites) â v comes from the fused kernel of
+:mod:`probtrans.attention.gumbel`, with the same noise and gradients as the site.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from torch import Tensor
 
 from probtrans.attention.base import (
     MultiHeadAttention,
+    fused_attention_enabled,
     masked_logits,
     relaxed_one_hot,
     sample_attention,
 )
+from probtrans.attention.gumbel import fused_relaxed_attention
 
 
 @dataclass
@@ -42,6 +46,9 @@ class StochasticAttention(MultiHeadAttention):
         self.dropout = options.dropout
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None) -> Tensor:
+        if fused_attention_enabled() and not self.hard:
+            dropout = self.dropout if self.training else 0.0
+            return fused_relaxed_attention(q, k, v, self.tau, key_mask, dropout)
         logits = masked_logits(q @ k.transpose(-1, -2), key_mask)  # (B, H, L, L)
         a_v = sample_attention(self.site("a_v"), relaxed_one_hot(self.tau, logits, self.hard))
         return F.dropout(a_v, self.dropout, self.training) @ v

@@ -1,0 +1,111 @@
+"""Relaxed one-hot attention samples and the fused STO / H-STO attention kernel.
+
+A row of RelaxedOneHotCategorical(τ, logits) is â = softmax((logits + g) / τ) with g iid
+Gumbel(0, 1), g = −log(−log u), u ~ U(0, 1) (Jang et al. 2017; Maddison et al. 2017; Pei et
+al. 2022, Eq. 9–11). Both attention paths of this package draw g with :func:`gumbel`:
+
+- the *site* path: :class:`RelaxedOneHotCategorical` is Pyro's distribution of that name (same
+  density, same reparameterised sample) whose ``rsample`` takes its noise from :func:`gumbel`;
+  the attention weights are a Pyro sample site that traces, ``describe`` and Predictive record;
+- the *fused* path: :func:`fused_relaxed_attention` returns â v without forming â or the logits,
+  as PyTorch's fused ``scaled_dot_product_attention`` with the noise as additive mask:
+  softmax(q kᵀ · (1/τ) + g/τ) v = softmax((q kᵀ + g) / τ) v. Same noise, same value, same
+  gradients with respect to q, k and v; no log-density is computed and nothing but the noise is
+  kept for the backward pass.
+
+On the CPU, large noise tensors are drawn in chunks on a thread pool, each chunk from its own
+generator seeded from torch's default generator, so ``pyro.set_rng_seed`` still fixes every draw
+and the result does not depend on the number of threads.
+"""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+
+import pyro.distributions as dist
+import torch
+import torch.nn.functional as F
+from pyro.distributions.relaxed_straight_through import QuantizeCategorical
+from torch import Tensor
+from torch.distributions.utils import clamp_probs
+
+#: elements per independently seeded chunk of CPU noise
+CHUNK = 1 << 22
+
+
+@cache
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads()))
+
+
+Shape = torch.Size | tuple[int, ...]
+
+
+def uniform(shape: Shape, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """U(0, 1) draws of ``shape``; tensors above :data:`CHUNK` elements on the CPU are filled in
+    parallel chunks (torch's CPU generator is sequential)."""
+    out = torch.empty(shape, dtype=dtype, device=device)
+    if out.device.type != "cpu" or out.numel() <= CHUNK:
+        return out.uniform_()
+    chunks = out.view(-1).split(CHUNK)
+    seeds = torch.randint(2**62, (len(chunks),)).tolist()
+
+    def fill(chunk: Tensor, seed: int) -> None:
+        chunk.uniform_(generator=torch.Generator().manual_seed(seed))
+
+    list(_pool().map(fill, chunks, seeds))
+    return out
+
+
+def gumbel(shape: Shape, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """Standard Gumbel noise g = −log(−log u), with u clamped as torch's relaxed samplers do."""
+    eps = torch.finfo(dtype).eps
+    return uniform(shape, dtype, device).clamp_(eps, 1 - eps).log_().neg_().log_().neg_()
+
+
+def relaxed_sample(logits: Tensor, temperature: Tensor | float) -> Tensor:
+    """softmax((logits + g) / τ) over the last dimension, g from :func:`gumbel`."""
+    noise = gumbel(logits.shape, logits.dtype, logits.device)
+    return torch.softmax((logits + noise) / temperature, dim=-1)
+
+
+class RelaxedOneHotCategorical(dist.RelaxedOneHotCategorical):
+    """Pyro's RelaxedOneHotCategorical drawing its noise with :func:`gumbel`."""
+
+    def rsample(self, sample_shape: Shape = ()) -> Tensor:
+        shape = self._extended_shape(sample_shape)
+        return relaxed_sample(self.logits.expand(shape), self.temperature)
+
+
+class RelaxedOneHotCategoricalStraightThrough(dist.RelaxedOneHotCategoricalStraightThrough):
+    """Straight-through variant: one-hot forward, relaxed gradient backward."""
+
+    def rsample(self, sample_shape: Shape = ()) -> Tensor:
+        shape = self._extended_shape(sample_shape)
+        soft = clamp_probs(relaxed_sample(self.logits.expand(shape), self.temperature))
+        return QuantizeCategorical.apply(soft)
+
+
+def fused_relaxed_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    temperature: float,
+    key_mask: Tensor | None = None,
+    dropout: float = 0.0,
+) -> Tensor:
+    """â v with â ~ RelaxedOneHotCategorical(τ, logits = q kᵀ) row-wise, fused.
+
+    q: (B, H, L_q, d); k: (B, H, L_k, d); v: (B, H, L_k, d_v); key_mask: (B, L_k), True for real
+    tokens (padding keys get weight exactly 0) → (B, H, L_q, d_v). ``dropout`` drops sampled
+    weights as ``F.dropout(â) @ v`` does.
+    """
+    batch, heads, length_q, _ = q.shape
+    noise = gumbel((batch, heads, length_q, k.shape[-2]), q.dtype, q.device).div_(temperature)
+    if key_mask is not None:
+        noise.masked_fill_(~key_mask[:, None, None, :], -math.inf)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=noise, dropout_p=dropout, scale=1.0 / temperature
+    )
