@@ -67,6 +67,26 @@ def cmd_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from probtrans.compare import compare, cross_product, load_preset
+
+    if args.preset:
+        if args.models:
+            raise ProbtransError("compare: give model specs or --preset, not both")
+        comparison = load_preset(spec_path(args.preset))
+    elif args.models:
+        paths = [str(spec_path(m)) for m in args.models]
+        comparison = cross_product(paths, [str(spec_path(i)) for i in args.inference], [0])
+    else:
+        raise ProbtransError("compare: give model specs (with --inference) or --preset FILE")
+    if args.seeds:
+        comparison.seeds = args.seeds
+    if args.epochs is not None:
+        comparison.epochs = args.epochs
+    print(compare(comparison, args.out, progress=not args.quiet))
+    return 0
+
+
 def cmd_corrections(args: argparse.Namespace) -> int:
     from probtrans.corrections import main as corrections_main
 
@@ -99,6 +119,18 @@ def parser() -> argparse.ArgumentParser:
     describe = sub.add_parser("describe", help="list the Pyro sample sites of a model spec")
     describe.add_argument("model", help="model spec (TOML)")
     describe.set_defaults(run=cmd_describe)
+
+    compare = sub.add_parser(
+        "compare", help="train and compare methods × seeds: Markdown/CSV table and a figure"
+    )
+    compare.add_argument("models", nargs="*", help="model specs (TOML), crossed with --inference")
+    compare.add_argument("--inference", nargs="+", default=[DEFAULT_INFERENCE])
+    compare.add_argument("--preset", help="a comparison file (results/presets/*.toml) instead")
+    compare.add_argument("--seeds", type=int, nargs="+", help="seeds (default: preset's, or 0)")
+    compare.add_argument("--epochs", type=int, help="override train.epochs of every run")
+    compare.add_argument("--out", required=True, help="folder for runs/, table.md/csv, figure")
+    compare.add_argument("--quiet", action="store_true", help="no progress bars")
+    compare.set_defaults(run=cmd_compare)
 
     corrections = sub.add_parser(
         "corrections",

@@ -121,7 +121,10 @@ class TrainSpec:
 @dataclass
 class PredictiveSpec:
     samples: int = 10
-    batch_size: int = 256
+    batch_size: int = 256  # rows per pass (examples × samples evaluated together)
+    # post-hoc predictives evaluated from the same trained weights, next to the plain one:
+    # "mc_dropout" (dropout kept on), "laplace" (last-layer Laplace, prior precision on validation)
+    posthoc: list[Literal["mc_dropout", "laplace"]] = field(default_factory=list)
 
 
 @dataclass

@@ -28,7 +28,7 @@ class Classifier(PyroModule):
 
     Call as ``model(inputs, mask, labels, index=..., n_data=...)``; ``labels=None`` samples them.
     Sites: weight priors (if any), attention sites ``layers.{i}.attn.a_*``, the deterministic
-    ``probs`` (B, C) and the likelihood ``obs``.
+    ``features`` (B, D) (the head's input) and ``probs`` (B, C), and the likelihood ``obs``.
     """
 
     def __init__(self, encoder: nn.Module, d_model: int, n_classes: int, prior: PriorSpec) -> None:
@@ -78,7 +78,9 @@ class Classifier(PyroModule):
             index if index is not None else (torch.arange(size) if size == len(inputs) else None)
         )
         with pyro.plate("data", size, subsample_size=len(inputs), subsample=subsample):
-            logits = self.head(self.encoder(inputs, mask))
+            features = self.encoder(inputs, mask)  # (B, D), pooled
+            pyro.deterministic("features", features, event_dim=1)
+            logits = self.head(features)
             pyro.deterministic("probs", logits.softmax(-1), event_dim=1)
             pyro.sample("obs", dist.Categorical(logits=logits), obs=labels)
         return logits

@@ -1,6 +1,8 @@
 """Posterior predictive with ``pyro.infer.Predictive`` and its ArviZ ``InferenceData``.
 
-Only requested sites are kept: class probabilities ``probs`` and sampled labels ``obs`` always,
+Posterior draws of the global sites are taken once and shared by every example; samples that
+share their global draw are evaluated in one batched pass (see :func:`predict`). Only requested
+sites are kept: class probabilities ``probs`` and sampled labels ``obs`` always,
 the attention matrices only with ``attention=True`` (they are B × H × L × L per sample).
 """
 
@@ -11,7 +13,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
+from pyro import poutine
 from pyro.infer import Predictive
+from torch import Tensor, nn
 
 from probtrans.data import DataSplit
 from probtrans.model import Classifier
@@ -32,6 +36,28 @@ def attention_sites(classifier: Classifier) -> list[str]:
 
 
 @torch.no_grad()
+def posterior_draws(guide: Callable, samples: int, split: DataSplit) -> dict[str, Tensor]:
+    """S draws of every global site of ``guide`` (weights, inducing variables): name → (S, ...)."""
+    _, inputs, mask, _ = next(split.batches(1))
+    draws = Predictive(guide, num_samples=samples)(inputs, mask)
+    return {name: value.detach() for name, value in draws.items()}
+
+
+def is_point_mass(draws: dict[str, Tensor]) -> bool:
+    """Whether all S draws are the same (a ``delta`` guide, or no global sites)."""
+    return all(bool((value == value[:1]).all()) for value in draws.values())
+
+
+def dropout_on(classifier: Classifier) -> None:
+    """Put every dropout in training mode: ``nn.Dropout`` modules and attention weight dropout
+    (the only thing attention modules do differently in training)."""
+    for module in classifier.modules():
+        rate = getattr(module, "dropout", None)
+        if isinstance(module, nn.Dropout) or (isinstance(rate, float) and rate > 0.0):
+            module.train()
+
+
+@torch.no_grad()
 def predict(
     classifier: Classifier,
     guide: Callable,
@@ -40,23 +66,57 @@ def predict(
     batch_size: int = 256,
     device: str = "cpu",
     attention: bool = False,
+    draws: dict[str, Tensor] | None = None,
+    mc_dropout: bool = False,
+    extra_sites: Sequence[str] = (),
 ) -> dict[str, np.ndarray]:
-    """S posterior predictive draws on ``split``, batched over the data.
+    """S posterior predictive draws on ``split``, streamed over the data.
 
-    Returns ``probs`` (S, N, C), ``obs`` (S, N) and, with ``attention=True``, every attention site
-    (S, N, H, L, ·).
+    The S global draws (``draws``, default :func:`posterior_draws`) are the same for every
+    example. When they are all equal (point-mass guides) the S samples differ only in their local
+    randomness (attention, dropout) and one pass evaluates all of them on the batch repeated S
+    times (once, if the model has no local randomness); otherwise each draw gets its own pass. A pass holds about ``batch_size`` rows, whatever
+    the size of ``split``. Each pass is what ``Predictive`` does for one draw (condition the model
+    on it and trace), without the two shape-probing model passes ``Predictive`` adds to every call.
+
+    ``mc_dropout=True`` keeps dropout on (MC dropout, Gal & Ghahramani 2016) and nothing else of
+    training mode.
+
+    Returns ``probs`` (S, N, C), ``obs`` (S, N), the ``extra_sites`` (e.g. ``features``) and, with
+    ``attention=True``, every attention site (S, N, H, L, ·).
     """
-    sites = ["probs", "obs"] + (attention_sites(classifier) if attention else [])
+    sites = ["probs", "obs", *extra_sites]
+    sites += attention_sites(classifier) if attention else []
     model = classifier if attention else self_guided(classifier)
-    predictive = Predictive(model, guide=guide, num_samples=samples, return_sites=sites)
+    draws = posterior_draws(guide, samples, split) if draws is None else draws
+    folded = is_point_mass(draws)
+    # without local randomness a point-mass posterior has one predictive: compute it once
+    local = mc_dropout or any(layer.attn.sample_sites for layer in classifier.encoder.layers)
+    replicas = samples if local else 1
+    # one (draw, replicas) pair per pass over a batch
+    passes = [(0, replicas)] if folded else [(s, 1) for s in range(samples)]
+    conditioned = [
+        poutine.condition(model, data={name: value[s] for name, value in draws.items()})
+        for s, _ in passes
+    ]
     was_training = classifier.training
     classifier.eval()
+    if mc_dropout:
+        dropout_on(classifier)
     chunks: dict[str, list[np.ndarray]] = {name: [] for name in sites}
-    for _, inputs, mask, _ in split.batches(batch_size):
-        mask = None if mask is None else mask.to(device)
-        out = predictive(inputs.to(device), mask)
+    for _, inputs, mask, _ in split.batches(max(1, batch_size // passes[0][1])):
+        n = len(inputs)
+        outputs: dict[str, list[Tensor]] = {name: [] for name in sites}
+        for (_, replicas), run in zip(passes, conditioned, strict=True):
+            rows = inputs.repeat(replicas, *[1] * (inputs.dim() - 1)).to(device)  # sample-major
+            rows_mask = None if mask is None else mask.repeat(replicas, 1).to(device)
+            trace = poutine.trace(run).get_trace(rows, rows_mask)
+            for name in sites:
+                value = trace.nodes[name]["value"]
+                outputs[name].append(value.reshape(replicas, n, *value.shape[1:]))
         for name in sites:
-            chunks[name].append(out[name].cpu().numpy())  # (S, B, ...)
+            value = torch.cat(outputs[name]).expand(samples, *outputs[name][0].shape[1:])
+            chunks[name].append(value.cpu().numpy())  # (S, B, ...)
     classifier.train(was_training)
     return {name: np.concatenate(parts, axis=1) for name, parts in chunks.items()}
 

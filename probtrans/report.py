@@ -87,17 +87,22 @@ def save_run_figure(
     predictive-entropy histograms. ``probs_in`` (S, N_in, C) and ``probs_out`` (S', N_out, C) are
     posterior-predictive samples.
 
-    The file is written atomically: rendered to a temporary file in the same directory, then
-    moved over ``path`` with :func:`os.replace`. Missing parent directories are created. Returns
-    ``path`` as a :class:`~pathlib.Path`.
+    The file is written atomically (:func:`save_figure`). Returns ``path`` as a
+    :class:`~pathlib.Path`.
     """
-    path = Path(path)
     fig = Figure(figsize=(11.0, 4.5), layout="constrained")
     reliability_ax, entropy_ax = fig.subplots(1, 2)
     reliability_diagram(reliability_ax, predictive_mean(probs_in), labels_in)
     uncertainty_histograms(entropy_ax, predictive_entropy(probs_in), predictive_entropy(probs_out))
     if title:
         fig.suptitle(title)
+    return save_figure(fig, path)
+
+
+def save_figure(fig: Figure, path: str | os.PathLike[str]) -> Path:
+    """Render ``fig`` to the PNG ``path`` atomically: into a temporary file in the same
+    directory, then moved over ``path`` with :func:`os.replace`. Creates missing parents."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
     try:

@@ -4,7 +4,9 @@ Run folder:
     model.toml, inference.toml   the specs, copied verbatim
     checkpoint.pt                classifier + guide state of the best validation epoch
     history.json                 per-epoch ELBO and validation metrics
-    metrics.json                 in-domain test metrics and out-of-domain detection scores
+    metrics.json                 test metrics, OOD scores, temperature-scaled metrics, post-hoc
+                                 variants (:func:`probtrans.summary.summarise`)
+    probs.npz                    class probabilities (S, N, C) of every variant on val/test/ood
     predictive.nc                ArviZ InferenceData (NetCDF) of the test posterior predictive
     report.png                   reliability diagram and ID vs OOD uncertainty histograms
 
@@ -20,11 +22,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pyro
 import torch
+from torch import Tensor
 
-from probtrans import metrics, report
+from probtrans import report
 from probtrans.checkpoint import atomic_write, load_checkpoint, save_checkpoint
 from probtrans.config import (
     InferenceSpec,
@@ -35,9 +40,11 @@ from probtrans.config import (
 from probtrans.data import DataBundle, load_data
 from probtrans.errors import ProbtransError
 from probtrans.guides import build_guide
+from probtrans.laplace import LastLayerLaplace
 from probtrans.model import Classifier, build_classifier
 from probtrans.objective import self_guided
-from probtrans.predictive import inference_data, predict
+from probtrans.predictive import inference_data, posterior_draws, predict
+from probtrans.summary import SPLITS, summarise
 from probtrans.train import TrainState, fit
 
 HEADLINE = ("accuracy", "nll", "ece", "mce", "brier", "mutual_information", "ood_auroc", "ood_aupr")
@@ -160,29 +167,122 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> Run:
     return Run(model_spec, inference_spec, data, classifier, guide, run_dir)
 
 
+def predictives(
+    run: Run, samples: int, device: str = "cpu"
+) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """Posterior predictive class probabilities, variant → split → (S, N, C), for the ``plain``
+    predictive and the spec's post-hoc variants, on the val, test and ood splits; and the full
+    plain predictive of the test and ood splits (every site, for the InferenceData)."""
+    spec = run.inference_spec.predictive
+    laplace = "laplace" in spec.posthoc
+    extra = ("features",) if laplace else ()
+    splits = {"val": run.data.val, "test": run.data.test, "ood": run.data.ood}
+    draws = posterior_draws(run.guide, samples, run.data.test)  # the same S draws everywhere
+
+    def on(split: str, **options: Any) -> dict[str, np.ndarray]:
+        return predict(
+            run.classifier,
+            run.guide,
+            splits[split],
+            samples,
+            spec.batch_size,
+            device,
+            draws=draws,
+            **options,
+        )
+
+    plain = {split: on(split, extra_sites=extra) for split in SPLITS}
+    probs = {"plain": {split: out["probs"] for split, out in plain.items()}}
+    if "mc_dropout" in spec.posthoc:
+        probs["mc_dropout"] = {split: on(split, mc_dropout=True)["probs"] for split in SPLITS}
+    if laplace:
+        probs["laplace"] = last_layer_laplace(
+            run, draws, {s: o["features"] for s, o in plain.items()}
+        )
+    for out in plain.values():
+        out.pop("features", None)
+    return probs, plain
+
+
+def last_layer_laplace(
+    run: Run, draws: dict[str, Tensor], features: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Last-layer Laplace predictive from the plain predictive's feature draws (S, N, D)."""
+    batch = run.inference_spec.predictive.batch_size
+    train = predict(
+        run.classifier,
+        run.guide,
+        run.data.train,
+        1,
+        batch,
+        extra_sites=("features",),
+        draws={name: value[:1] for name, value in draws.items()},
+    )["features"][0]
+    weight = draws["head.weight"][0] if "head.weight" in draws else run.classifier.head.weight
+    bias = draws["head.bias"][0] if "head.bias" in draws else run.classifier.head.bias
+    posterior = LastLayerLaplace.fit(torch.as_tensor(train), weight, bias)
+    posterior.fit_prior_precision(torch.as_tensor(features["val"]), run.data.val.labels.numpy())
+    return {split: posterior.predictive(torch.as_tensor(f)) for split, f in features.items()}
+
+
+def split_labels(data: DataBundle) -> dict[str, np.ndarray]:
+    return {
+        "val": data.val.labels.numpy(),
+        "test": data.test.labels.numpy(),
+        "ood": data.ood.labels.numpy(),
+    }
+
+
+def write_probs(path: Path, probs: dict[str, dict[str, np.ndarray]], labels: dict) -> None:
+    """``probs.npz``: ``{variant}/{split}`` (S, N, C) and ``labels/{split}`` (N,)."""
+    arrays = {f"{v}/{s}": p.astype(np.float32) for v, by in probs.items() for s, p in by.items()}
+    arrays.update({f"labels/{split}": value for split, value in labels.items()})
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:
+            np.savez_compressed(fh, **arrays)
+
+    atomic_write(path, write)
+
+
+def read_probs(path: Path) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """Inverse of :func:`write_probs`."""
+    probs: dict[str, dict[str, np.ndarray]] = {}
+    labels = {}
+    with np.load(path, allow_pickle=False) as arrays:
+        for key in arrays.files:
+            variant, split = key.split("/")
+            if variant == "labels":
+                labels[split] = arrays[key]
+            else:
+                probs.setdefault(variant, {})[split] = arrays[key]
+    return probs, labels
+
+
 def evaluate(
     run: Run, *, samples: int | None = None, device: str = "cpu", seed: int = 0
 ) -> dict[str, float]:
-    """Posterior predictive on the in-domain test and out-of-domain splits; writes
-    ``predictive.nc`` and ``report.png`` into the run folder and returns the metrics."""
+    """Posterior predictive on the validation, in-domain test and out-of-domain splits; writes
+    ``predictive.nc``, ``probs.npz`` and ``report.png`` into the run folder and returns the
+    metrics (:func:`probtrans.summary.summarise`; post-hoc variants prefixed ``{variant}.``)."""
     samples = samples or run.inference_spec.predictive.samples
-    batch = run.inference_spec.predictive.batch_size
     pyro.set_rng_seed(seed)
-    test = predict(run.classifier, run.guide, run.data.test, samples, batch, device)
-    ood = predict(run.classifier, run.guide, run.data.ood, samples, batch, device)
-    labels = run.data.test.labels.numpy()
-    scores = metrics.classification_metrics(test["probs"], labels)
-    scores.update(metrics.ood_metrics(test["probs"], ood["probs"]))
+    probs, plain = predictives(run, samples, device)
+    labels = split_labels(run.data)
+    scores = summarise(probs["plain"], labels)
+    for variant in probs.keys() - {"plain"}:
+        scores.update({f"{variant}.{k}": v for k, v in summarise(probs[variant], labels).items()})
     scores["posterior_samples"] = samples
-    idata = inference_data(test, labels, run.data.class_names, ood=ood)
+    write_probs(run.path / "probs.npz", probs, labels)
+    idata = inference_data(plain["test"], labels["test"], run.data.class_names, ood=plain["ood"])
     atomic_write(
         run.path / "predictive.nc", lambda tmp: idata.to_netcdf(str(tmp), engine="h5netcdf")
     )
     report.save_run_figure(
         run.path / "report.png",
-        test["probs"],
-        labels,
-        ood["probs"],
+        probs["plain"]["test"],
+        labels["test"],
+        probs["plain"]["ood"],
         title=f"{run.data.name} · {run.model_spec.model.attention.kind} attention"
         f" · guide {run.inference_spec.guide.name} · {samples} samples",
     )

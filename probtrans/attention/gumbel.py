@@ -59,10 +59,11 @@ def uniform(shape: Shape, dtype: torch.dtype, device: torch.device) -> Tensor:
     return out
 
 
-def gumbel(shape: Shape, dtype: torch.dtype, device: torch.device) -> Tensor:
-    """Standard Gumbel noise g = −log(−log u), with u clamped as torch's relaxed samplers do."""
+def gumbel(shape: Shape, dtype: torch.dtype, device: torch.device, scale: float = 1.0) -> Tensor:
+    """Gumbel noise ``scale`` · g, g = −log(−log u), with u clamped as torch's relaxed samplers
+    do (one in-place pass per operation; the scale is folded into the last one)."""
     eps = torch.finfo(dtype).eps
-    return uniform(shape, dtype, device).clamp_(eps, 1 - eps).log_().neg_().log_().neg_()
+    return uniform(shape, dtype, device).clamp_(eps, 1 - eps).log_().neg_().log_().mul_(-scale)
 
 
 def relaxed_sample(logits: Tensor, temperature: Tensor | float) -> Tensor:
@@ -103,7 +104,7 @@ def fused_relaxed_attention(
     weights as ``F.dropout(â) @ v`` does.
     """
     batch, heads, length_q, _ = q.shape
-    noise = gumbel((batch, heads, length_q, k.shape[-2]), q.dtype, q.device).div_(temperature)
+    noise = gumbel((batch, heads, length_q, k.shape[-2]), q.dtype, q.device, 1.0 / temperature)
     if key_mask is not None:
         noise.masked_fill_(~key_mask[:, None, None, :], -math.inf)
     return F.scaled_dot_product_attention(

@@ -1,0 +1,320 @@
+"""Speed and peak memory of stochastic attention, SVI training steps and the posterior predictive.
+
+Everything runs in one invocation on one machine, so the printed ratios compare like with like.
+The scale is H-STO's IMDB setting (Pei et al. 2022): batch 128, sequence length 256, width 128,
+8 heads of width 16, on random token ids (the timings do not depend on the words).
+
+1. One attention layer, forward + backward, as ratios to deterministic fused attention
+   (``softmax``, PyTorch's ``scaled_dot_product_attention``): STO and H-STO on their fused path
+   (as in training) and on the site path (Pyro sample sites, as when attention is recorded),
+   and decoupled SGPA.
+2. One training step of the full 1-layer H-STO IMDB network (``models/imdb/h_sto.toml``, MAP
+   guide): the SVI step of ``probtrans fit`` (self-guided model, ``AutoDelta``, Trace_ELBO,
+   Adam), the same computation written in plain PyTorch (same modules, loss N/B·CE − log p(W)),
+   and the network with deterministic attention trained in plain PyTorch (CE loss, Adam).
+3. The posterior predictive of that model with S = 10 on N examples: ``probtrans.predict`` with
+   S = 10 (one batched pass per batch), 10 sequential single-sample ``predict`` calls, and
+   ``pyro.infer.Predictive(num_samples=10)`` called per batch; ``predict`` on 4N examples,
+   whose peak memory should not grow with N; and the same S = 10 against 10 single-sample calls
+   on the default digits model, where fixed per-call costs weigh more.
+
+Each case runs in its own process; "peak MiB" is that process's peak resident memory above
+what it held once its inputs were built. Times are medians over ``--repeats`` runs after one
+warm-up.
+
+    python benchmarks/speed.py                # about 6 minutes on a 2-core CPU
+    python benchmarks/speed.py --repeats 3 --examples 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyro
+import torch
+import torch.nn.functional as F
+from pyro import poutine
+from pyro.infer import Predictive, Trace_ELBO
+from torch import nn
+
+from probtrans.attention import build_attention, default_options
+from probtrans.attention.base import fused_attention
+from probtrans.config import GuideSpec, load_model_spec
+from probtrans.data import DataBundle, DataSplit, load_data
+from probtrans.encoder import Encoder, TokenEmbedding
+from probtrans.guides import build_guide
+from probtrans.model import build_classifier
+from probtrans.objective import self_guided
+from probtrans.predictive import predict
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = ROOT / "models" / "imdb" / "h_sto.toml"
+BATCH, LENGTH, VOCAB, SAMPLES = 128, 256, 20000, 10
+
+
+def rss_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def median_seconds(step: Callable[[], None], repeats: int) -> float:
+    times = []
+    for _ in range(repeats + 1):  # the first run warms up
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
+
+
+def tokens(n: int) -> torch.Tensor:
+    return torch.randint(1, VOCAB, (n, LENGTH), generator=torch.Generator().manual_seed(n))
+
+
+# --- 1. attention layers --------------------------------------------------------------------
+
+
+def attention_layer(kind: str, fused: bool) -> Callable[[], None]:
+    spec = load_model_spec(SPEC)
+    options = {
+        "softmax": default_options("softmax"),
+        "sto": default_options("sto", tau=40.0),  # H-STO paper's STO-TRANS setting
+        "h_sto": spec.model.attention,
+        "sgpa": default_options("sgpa", n_inducing=16, kernel="ard"),
+    }[kind]
+    layer = build_attention(options, spec.model.d_model, spec.model.n_heads, "attn")
+    x = torch.randn(BATCH, LENGTH, spec.model.d_model, requires_grad=True)
+
+    def step() -> None:
+        layer.zero_grad(set_to_none=True)
+        with poutine.block():  # sites drawn as in training, recorded nowhere
+            if fused:
+                with fused_attention():
+                    out = layer(x)
+            else:
+                out = layer(x)
+        out.sum().backward()
+
+    return step
+
+
+# --- 2. training steps ----------------------------------------------------------------------
+
+
+def plain_network(kind: str) -> tuple[nn.Module, nn.Module]:
+    """The IMDB network as plain torch modules: encoder and linear head."""
+    net = load_model_spec(SPEC).model
+    attention = net.attention if kind == "h_sto" else default_options("softmax")
+    encoder = Encoder(
+        TokenEmbedding(VOCAB, net.max_len, net.d_model),
+        attention,
+        net.d_model,
+        net.n_heads,
+        net.n_layers,
+        net.d_ff,
+        dropout=net.dropout,
+        norm=net.norm,
+        pooling=net.pooling,
+    )
+    return encoder, nn.Linear(net.d_model, 2)
+
+
+def plain_step(kind: str, with_prior: bool) -> Callable[[], None]:
+    """Training step in plain PyTorch; with a prior, the loss is the MAP objective of the SVI
+    step: N/B · Σ CE − log N(head | 0, s²)."""
+    encoder, head = plain_network(kind)
+    params = list(encoder.parameters()) + list(head.parameters())
+    optimizer = torch.optim.Adam(params, lr=1e-3)
+    inputs, labels = tokens(BATCH), torch.randint(2, (BATCH,))
+    n_train, scale = 22_500, load_model_spec(SPEC).model.prior.scale
+
+    def step() -> None:
+        optimizer.zero_grad()
+        with fused_attention():
+            logits = head(encoder(inputs))
+        loss = n_train / BATCH * F.cross_entropy(logits, labels, reduction="sum")
+        if with_prior:
+            prior = torch.distributions.Normal(0.0, scale)
+            loss = loss - prior.log_prob(head.weight).sum() - prior.log_prob(head.bias).sum()
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def data_bundle(n: int) -> DataBundle:
+    split = DataSplit(tokens(n), torch.randint(2, (n,)))
+    return DataBundle(
+        "synthetic", split, split, split, split, ["neg", "pos"], "tokens", None, VOCAB
+    )
+
+
+def svi_step() -> Callable[[], None]:
+    """The step of ``probtrans.train.fit``: self-guided model, delta guide, Trace_ELBO, Adam."""
+    classifier = build_classifier(load_model_spec(SPEC), data_bundle(BATCH))
+    model = self_guided(classifier)
+    guide = build_guide(model, classifier, GuideSpec(name="delta"))
+    inputs, labels = tokens(BATCH), torch.randint(2, (BATCH,))
+    index = torch.arange(BATCH)
+    with torch.no_grad():
+        guide(inputs, None, labels)
+    optimizer = torch.optim.Adam(list(classifier.parameters()) + list(guide.parameters()), 1e-3)
+    elbo = Trace_ELBO()
+
+    def step() -> None:
+        optimizer.zero_grad()
+        loss = elbo.differentiable_loss(model, guide, inputs, None, labels, index, 22_500)
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+# --- 3. posterior predictive ----------------------------------------------------------------
+
+
+def predictive(mode: str, n: int) -> Callable[[], None]:
+    data = data_bundle(n)
+    classifier = build_classifier(load_model_spec(SPEC), data)
+    model = self_guided(classifier)
+    guide = build_guide(model, classifier, GuideSpec(name="delta"))
+    with torch.no_grad():
+        guide(data.test.inputs[:2], None, data.test.labels[:2])
+    rows = 2 * BATCH  # rows per pass ([predictive] batch_size of the inference specs)
+
+    def vectorised() -> None:
+        predict(classifier, guide, data.test, SAMPLES, rows)
+
+    def sequential() -> None:
+        for _ in range(SAMPLES):
+            predict(classifier, guide, data.test, 1, rows)
+
+    def pyro_predictive() -> None:
+        runner = Predictive(model, guide=guide, num_samples=SAMPLES, return_sites=["probs"])
+        classifier.eval()
+        with torch.no_grad():
+            for _, inputs, _, _ in data.test.batches(rows):
+                runner(inputs, None)
+
+    return {"vectorised": vectorised, "sequential": sequential, "pyro": pyro_predictive}[mode]
+
+
+def digits_predictive(mode: str) -> Callable[[], None]:
+    """S = 10 on the 289 test digits with the default model, where per-call costs matter."""
+    spec = load_model_spec(ROOT / "models" / "digits" / "h_sto.toml")
+    data = load_data(spec.data)
+    classifier = build_classifier(spec, data)
+    guide = build_guide(self_guided(classifier), classifier, GuideSpec(name="delta"))
+    with torch.no_grad():
+        guide(data.test.inputs[:2], None, data.test.labels[:2])
+    if mode == "vectorised":
+        return lambda: predict(classifier, guide, data.test, SAMPLES, 256)
+    return lambda: [predict(classifier, guide, data.test, 1, 256) for _ in range(SAMPLES)]
+
+
+CASES: dict[str, tuple[str, Callable[[int], Callable[[], None]]]] = {
+    "attn_softmax": ("deterministic (fused SDPA)", lambda n: attention_layer("softmax", True)),
+    "attn_sto": ("STO, fused path", lambda n: attention_layer("sto", True)),
+    "attn_h_sto": ("H-STO, fused path", lambda n: attention_layer("h_sto", True)),
+    "attn_sto_site": ("STO, site path", lambda n: attention_layer("sto", False)),
+    "attn_h_sto_site": ("H-STO, site path", lambda n: attention_layer("h_sto", False)),
+    "attn_sgpa": ("SGPA decoupled (M_g = 16)", lambda n: attention_layer("sgpa", False)),
+    "step_plain_softmax": ("plain PyTorch, deterministic", lambda n: plain_step("softmax", False)),
+    "step_plain_h_sto": ("plain PyTorch, H-STO MAP loss", lambda n: plain_step("h_sto", True)),
+    "step_svi_h_sto": ("Pyro SVI, H-STO MAP", lambda n: svi_step()),
+    "predict_vectorised": ("predict, S = 10 batched", lambda n: predictive("vectorised", n)),
+    "predict_sequential": ("10 × predict, S = 1", lambda n: predictive("sequential", n)),
+    "predict_pyro": ("pyro Predictive, S = 10", lambda n: predictive("pyro", n)),
+    "predict_vectorised_4n": ("predict, S = 10, 4N", lambda n: predictive("vectorised", 4 * n)),
+    "digits_vectorised": ("digits: predict, S = 10", lambda n: digits_predictive("vectorised")),
+    "digits_sequential": ("digits: 10 × predict, S = 1", lambda n: digits_predictive("seq")),
+}
+
+
+def run_case(name: str, repeats: int, examples: int) -> dict[str, float]:
+    """Run one case in this process and return its time and memory."""
+    torch.manual_seed(0)
+    pyro.set_rng_seed(0)
+    step = CASES[name][1](examples)
+    before = rss_mib()
+    seconds = median_seconds(step, repeats)
+    return {"seconds": seconds, "peak_mib": max(0.0, peak_rss_mib() - before)}
+
+
+def measure(name: str, repeats: int, examples: int) -> dict[str, float]:
+    """Run one case in a fresh process, so that its peak memory is its own."""
+    command = [sys.executable, __file__, "--case", name, "--repeats", str(repeats)]
+    command += ["--examples", str(examples)]
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--examples", type=int, default=128, help="N of the predictive cases")
+    parser.add_argument("--case", choices=list(CASES), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.case:
+        print(json.dumps(run_case(args.case, args.repeats, args.examples)))
+        return
+
+    print(
+        f"{cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, median of {args.repeats} runs"
+    )
+    print(f"B = {BATCH}, L = {LENGTH}, D = 128, H = 8, d_h = 16; predictive N = {args.examples}\n")
+    results = {}
+    for name, (label, _) in CASES.items():
+        results[name] = measure(name, args.repeats, args.examples)
+        print(
+            f"  {label:<32} {results[name]['seconds']:8.3f} s  "
+            f"peak {results[name]['peak_mib']:7.0f} MiB",
+            flush=True,
+        )
+
+    ratios = [
+        (f"attention {kind} / deterministic", f"attn_{kind}", "attn_softmax")
+        for kind in ("sto", "h_sto", "sto_site", "h_sto_site", "sgpa")
+    ]
+    ratios += [
+        ("SVI H-STO step / plain deterministic step", "step_svi_h_sto", "step_plain_softmax"),
+        ("SVI H-STO step / plain H-STO step", "step_svi_h_sto", "step_plain_h_sto"),
+        ("predict S = 10 / 10 sequential calls", "predict_vectorised", "predict_sequential"),
+        ("predict S = 10 / pyro Predictive S = 10", "predict_vectorised", "predict_pyro"),
+        ("digits: predict S = 10 / 10 sequential calls", "digits_vectorised", "digits_sequential"),
+    ]
+    print("\nratios (one run):")
+    for label, a, b in ratios:
+        print(f"  {label:<42} {results[a]['seconds'] / results[b]['seconds']:5.2f}×")
+    growth = (
+        results["predict_vectorised_4n"]["peak_mib"] - results["predict_vectorised"]["peak_mib"]
+    )
+    print(f"  {'predict peak memory, 4N minus N':<42} {growth:+5.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

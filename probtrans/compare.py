@@ -1,0 +1,233 @@
+"""``probtrans compare``: methods × seeds → one table (Markdown and CSV) and one figure.
+
+A comparison is either the cross product of model specs and inference specs given on the
+command line, or a preset file (``results/presets/*.toml``)::
+
+    title = "H-STO Table 2: CoLA"
+    seeds = [0, 1, 2]
+    id_metric = "mcc"          # or "accuracy"; also used for the labelled OOD split
+    epochs = 5                 # optional: override every inference spec's train.epochs
+
+    [[method]]
+    name = "TRANS"
+    model = "models/cola/trans.toml"
+    inference = "inference/text/map.toml"
+    variant = "plain"          # or a post-hoc variant listed in the inference spec's
+                               # [predictive] posthoc: "mc_dropout", "laplace"
+    ensemble = false           # true: all seeds' runs as one predictive (deep ensemble)
+    temperature = false        # true: temperature scaling fitted on validation
+    paper = "20.09 / 16.46"    # the paper's number, printed beside ours
+
+Every (model, inference, seed) is trained once into ``OUT/runs/`` and shared by the methods
+that use it; a run whose ``metrics.json`` exists is reused, so an interrupted comparison
+resumes where it stopped. Each row is the mean ± standard deviation over seeds of
+:func:`probtrans.summary.summarise`, computed from the runs' ``probs.npz``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from probtrans import calibration, report
+from probtrans.checkpoint import atomic_write
+from probtrans.config import build_dataclass, read_toml
+from probtrans.errors import ConfigError
+from probtrans.metrics import predictive_entropy, predictive_mean
+from probtrans.run import fit_run, read_probs
+from probtrans.summary import summarise
+
+COLUMNS = ("nll", "ece", "mce", "brier", "ood_auroc", "ood_aupr")
+
+
+@dataclass
+class Method:
+    name: str
+    model: str
+    inference: str
+    variant: Literal["plain", "mc_dropout", "laplace"] = "plain"
+    ensemble: bool = False
+    temperature: bool = False
+    paper: str = ""
+
+
+@dataclass
+class Comparison:
+    title: str = "comparison"
+    seeds: list[int] = field(default_factory=lambda: [0])
+    id_metric: Literal["accuracy", "mcc"] = "accuracy"
+    epochs: int | None = None
+    method: list[Method] = field(default_factory=list)
+    path: str = "<command line>"
+
+
+def load_preset(path: str | Path) -> Comparison:
+    table = read_toml(path)
+    methods = table.pop("method", [])
+    comparison = build_dataclass(Comparison, table, str(path))
+    if not methods:
+        raise ConfigError(f"{path}: no [[method]] tables")
+    comparison.method = [
+        build_dataclass(Method, m, str(path), f"method[{i}]") for i, m in enumerate(methods)
+    ]
+    root = Path(path).resolve().parents[2]  # presets live in results/presets/
+    for method in comparison.method:
+        for name in ("model", "inference"):
+            spec = Path(getattr(method, name))
+            if not spec.is_absolute() and not spec.is_file():
+                spec = root / spec
+            if not spec.is_file():
+                raise ConfigError(f"{path}: method {method.name!r}: {name} {spec}: no such file")
+            setattr(method, name, str(spec))
+    comparison.path = str(path)
+    return comparison
+
+
+def cross_product(
+    models: list[str], inferences: list[str], seeds: list[int], title: str = "comparison"
+) -> Comparison:
+    methods = [
+        Method(f"{Path(m).parent.name}/{Path(m).stem} + {Path(i).stem}", m, i)
+        for m in models
+        for i in inferences
+    ]
+    return Comparison(title=title, seeds=seeds, method=methods)
+
+
+def run_dir(out: Path, method: Method, seed: int) -> Path:
+    model = Path(method.model)
+    return (
+        out / "runs" / f"{model.parent.name}-{model.stem}__{Path(method.inference).stem}__s{seed}"
+    )
+
+
+def ensure_runs(comparison: Comparison, out: Path, progress: bool = True) -> None:
+    """Train every missing (model, inference, seed) run; finished runs are left alone."""
+    for method in comparison.method:
+        for seed in comparison.seeds:
+            folder = run_dir(out, method, seed)
+            if (folder / "metrics.json").is_file():
+                continue
+            print(f"fit {folder.name}", flush=True)
+            fit_run(
+                method.model,
+                method.inference,
+                folder,
+                epochs=comparison.epochs,
+                seed=seed,
+                progress=progress,
+            )
+
+
+def method_probs(
+    method: Method, folders: list[Path]
+) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarray], float]]:
+    """(probs split → (S, N, C), labels, train seconds) per row instance: one per seed, or one
+    deep ensemble combining the seeds' draws."""
+    rows = []
+    for folder in folders:
+        probs, labels = read_probs(folder / "probs.npz")
+        if method.variant not in probs:
+            raise ConfigError(
+                f"{method.inference}: [predictive] posthoc does not list {method.variant!r}, "
+                f"needed by method {method.name!r}"
+            )
+        seconds = json.loads((folder / "metrics.json").read_text()).get("train_seconds", 0.0)
+        rows.append((probs[method.variant], labels, seconds))
+    if method.ensemble:
+        combined = {s: np.concatenate([r[0][s] for r in rows]) for s in rows[0][0]}
+        rows = [(combined, rows[0][1], sum(r[2] for r in rows))]
+    if method.temperature:
+        rows = [(tempered(p, labels), labels, seconds) for p, labels, seconds in rows]
+    return rows
+
+
+def tempered(probs: dict[str, np.ndarray], labels: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    temperature = calibration.fit_temperature(probs["val"], labels["val"])
+    return {s: calibration.temperature_scaled(p, temperature) for s, p in probs.items()}
+
+
+def mean_std(values: list[float], scale: float = 1.0) -> str:
+    if len(values) == 1:
+        return f"{values[0] * scale:.2f}"
+    return f"{np.mean(values) * scale:.2f} ± {np.std(values, ddof=1) * scale:.2f}"
+
+
+def table_rows(comparison: Comparison, out: Path) -> list[dict[str, str]]:
+    rows = []
+    metric = comparison.id_metric
+    for method in comparison.method:
+        folders = [run_dir(out, method, seed) for seed in comparison.seeds]
+        scores = [summarise(p, labels) for p, labels, _ in method_probs(method, folders)]
+        seconds = [s for _, _, s in method_probs(method, folders)]
+        row = {"method": method.name, "seeds": str(len(folders))}
+        row[f"ID {metric} (%)"] = mean_std([s[metric] for s in scores], 100)
+        ood_key = f"ood_{metric}"
+        row[f"OOD {metric} (%)"] = (
+            mean_std([s[ood_key] for s in scores], 100) if ood_key in scores[0] else "–"
+        )
+        for key in COLUMNS:
+            row[key] = mean_std([s[key] for s in scores], 100 if key != "nll" else 1)
+        row["train s"] = f"{np.mean(seconds):.0f}"
+        row["paper"] = method.paper
+        rows.append(row)
+    return rows
+
+
+def markdown(rows: list[dict[str, str]], title: str) -> str:
+    header = list(rows[0])
+    lines = [f"## {title}", "", "| " + " | ".join(header) + " |"]
+    lines.append("|" + "|".join("---" for _ in header) + "|")
+    lines += ["| " + " | ".join(row[h] for h in header) + " |" for row in rows]
+    lines += [
+        "",
+        "ECE, MCE, Brier, AUROC and AUPR in %; NLL in nats. Mean ± std over seeds "
+        "(a deep ensemble is one predictive over all seeds).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def figure(comparison: Comparison, out: Path) -> Figure:
+    """Reliability diagram and ID vs OOD predictive entropy of every method (first seed)."""
+    methods = comparison.method
+    fig = Figure(figsize=(8.0, 3.6 * len(methods)), layout="constrained")
+    axes = fig.subplots(len(methods), 2, squeeze=False)
+    for (reliability_ax, entropy_ax), method in zip(axes, methods, strict=True):
+        seeds = comparison.seeds if method.ensemble else comparison.seeds[:1]
+        probs, labels, _ = method_probs(method, [run_dir(out, method, s) for s in seeds])[0]
+        report.reliability_diagram(
+            reliability_ax, predictive_mean(probs["test"]), labels["test"], label=method.name
+        )
+        report.uncertainty_histograms(
+            entropy_ax, predictive_entropy(probs["test"]), predictive_entropy(probs["ood"])
+        )
+    fig.suptitle(comparison.title)
+    return fig
+
+
+def compare(comparison: Comparison, out: str | Path, progress: bool = True) -> str:
+    """Train what is missing, then write ``OUT/table.md``, ``OUT/table.csv`` and
+    ``OUT/figure.png``; returns the Markdown table."""
+    out = Path(out)
+    start = time.perf_counter()
+    ensure_runs(comparison, out, progress)
+    rows = table_rows(comparison, out)
+    text = markdown(rows, comparison.title)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "table.md", lambda tmp: tmp.write_text(text))
+    atomic_write(out / "table.csv", lambda tmp: tmp.write_text(buffer.getvalue()))
+    report.save_figure(figure(comparison, out), out / "figure.png")
+    print(f"compare: {time.perf_counter() - start:.0f} s (training included)")
+    return text
