@@ -37,8 +37,14 @@ def hessian(features: Tensor, head: Tensor) -> Tensor:
     phi = _augment(features.double())
     probs = torch.softmax(phi @ head.double().T, dim=-1)  # (N, C)
     curvature = torch.diag_embed(probs) - probs[:, :, None] * probs[:, None, :]  # (N, C, C)
-    size = head.numel()
-    return torch.einsum("nab,ni,nj->aibj", curvature, phi, phi).reshape(size, size)
+    classes, width = head.shape
+    blocks = torch.empty(classes, width, classes, width, dtype=torch.float64)
+    for a in range(
+        classes
+    ):  # block (a, b) = Σ_n curvature_nab φ̃_n φ̃_nᵀ, without an N·C²·D² temporary
+        for b in range(classes):
+            blocks[a, :, b, :] = (phi * curvature[:, a, b, None]).T @ phi
+    return blocks.reshape(head.numel(), head.numel())
 
 
 @dataclass

@@ -75,9 +75,10 @@ def predict(
     The S global draws (``draws``, default :func:`posterior_draws`) are the same for every
     example. When they are all equal (point-mass guides) the S samples differ only in their local
     randomness (attention, dropout) and one pass evaluates all of them on the batch repeated S
-    times (once, if the model has no local randomness); otherwise each draw gets its own pass. A pass holds about ``batch_size`` rows, whatever
-    the size of ``split``. Each pass is what ``Predictive`` does for one draw (condition the model
-    on it and trace), without the two shape-probing model passes ``Predictive`` adds to every call.
+    times (once, if the model has no local randomness); otherwise each draw gets its own pass.
+    A pass holds about ``batch_size`` rows, whatever the size of ``split``. Each pass is what
+    ``Predictive`` does for one draw (condition the model on it and trace), without the two
+    shape-probing model passes ``Predictive`` adds to every call.
 
     ``mc_dropout=True`` keeps dropout on (MC dropout, Gal & Ghahramani 2016) and nothing else of
     training mode.

@@ -1,0 +1,98 @@
+"""probtrans compare: trains what is missing, resumes, writes the table and the figure."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+from probtrans.cli import main
+from probtrans.compare import load_preset, method_probs, run_dir
+from tests.conftest import TINY_TRAIN, inference_file
+
+PRESET = """
+title = "tiny"
+seeds = [0, 1]
+id_metric = "accuracy"
+epochs = 1
+
+[[method]]
+name = "MAP"
+model = "{model}"
+inference = "{inference}"
+paper = "90.0"
+
+[[method]]
+name = "MAP + TS"
+model = "{model}"
+inference = "{inference}"
+temperature = true
+
+[[method]]
+name = "ensemble"
+model = "{model}"
+inference = "{inference}"
+ensemble = true
+
+[[method]]
+name = "MC dropout"
+model = "{model}"
+inference = "{inference}"
+variant = "mc_dropout"
+"""
+
+
+@pytest.fixture
+def preset(tmp_path, tiny_model_file):
+    text = '[guide]\nname = "delta"\n' + TINY_TRAIN + 'posthoc = ["mc_dropout"]\n'
+    inference = inference_file(tmp_path, "map.toml", text)
+    path = tmp_path / "preset.toml"
+    path.write_text(PRESET.format(model=tiny_model_file, inference=inference))
+    return path
+
+
+def test_compare_writes_table_csv_and_figure_and_resumes(tmp_path, preset, capsys):
+    out = tmp_path / "cmp"
+    assert main(["compare", "--preset", str(preset), "--out", str(out), "--quiet"]) == 0
+    comparison = load_preset(preset)
+    runs = sorted(p.name for p in (out / "runs").iterdir())
+    assert len(runs) == 2  # one MAP run per seed, shared by the four methods
+    table = (out / "table.md").read_text()
+    for name in ("MAP", "MAP + TS", "ensemble", "MC dropout", "90.0"):
+        assert name in table
+    rows = list(csv.DictReader((out / "table.csv").open()))
+    assert [r["method"] for r in rows] == ["MAP", "MAP + TS", "ensemble", "MC dropout"]
+    assert "±" in rows[0]["ID accuracy (%)"] and "±" not in rows[2]["ID accuracy (%)"]
+    assert (out / "figure.png").stat().st_size > 10_000
+
+    stamps = {p: (p / "checkpoint.pt").stat().st_mtime_ns for p in (out / "runs").iterdir()}
+    capsys.readouterr()
+    assert main(["compare", "--preset", str(preset), "--out", str(out), "--quiet"]) == 0
+    assert "fit " not in capsys.readouterr().out  # nothing retrained
+    assert stamps == {p: (p / "checkpoint.pt").stat().st_mtime_ns for p in stamps}
+
+    ensemble = comparison.method[2]
+    folders = [run_dir(out, ensemble, s) for s in comparison.seeds]
+    ((probs, labels, _),) = method_probs(ensemble, folders)
+    single, _, _ = method_probs(comparison.method[0], folders[:1])[0]
+    assert probs["test"].shape[0] == 2 * single["test"].shape[0]  # members' draws pooled
+    assert np.allclose(probs["test"][: single["test"].shape[0]], single["test"])
+
+
+def test_compare_rejects_a_variant_the_inference_spec_does_not_compute(tmp_path, preset, capsys):
+    text = preset.read_text().replace('variant = "mc_dropout"', 'variant = "laplace"')
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace("seeds = [0, 1]", "seeds = [0]"))
+    assert main(["compare", "--preset", str(bad), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "posthoc does not list 'laplace'" in capsys.readouterr().err
+
+
+def test_compare_names_a_missing_spec(tmp_path, capsys):
+    path = tmp_path / "p.toml"
+    path.write_text(
+        '[[method]]\nname = "a"\nmodel = "nope.toml"\ninference = "inference/map.toml"\n'
+    )
+    assert main(["compare", "--preset", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "method 'a': model" in err and "nope.toml" in err
