@@ -51,9 +51,9 @@ from probtrans.attention import build_attention, default_options
 from probtrans.attention.base import fused_attention
 from probtrans.config import GuideSpec, load_model_spec
 from probtrans.data import DataBundle, DataSplit, load_data
-from probtrans.encoder import Encoder, TokenEmbedding
+from probtrans.encoder import TokenEmbedding
 from probtrans.guides import build_guide
-from probtrans.model import build_classifier
+from probtrans.model import build_classifier, build_encoder
 from probtrans.objective import self_guided
 from probtrans.predictive import predict
 
@@ -117,18 +117,9 @@ def attention_layer(kind: str, fused: bool) -> Callable[[], None]:
 def plain_network(kind: str) -> tuple[nn.Module, nn.Module]:
     """The IMDB network as plain torch modules: encoder and linear head."""
     net = load_model_spec(SPEC).model
-    attention = net.attention if kind == "h_sto" else default_options("softmax")
-    encoder = Encoder(
-        TokenEmbedding(VOCAB, net.max_len, net.d_model),
-        attention,
-        net.d_model,
-        net.n_heads,
-        net.n_layers,
-        net.d_ff,
-        dropout=net.dropout,
-        norm=net.norm,
-        pooling=net.pooling,
-    )
+    if kind != "h_sto":
+        net.attention = default_options("softmax")
+    encoder = build_encoder(net, TokenEmbedding(VOCAB, net.max_len, net.d_model))
     return encoder, nn.Linear(net.d_model, 2)
 
 

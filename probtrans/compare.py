@@ -166,8 +166,9 @@ def table_rows(comparison: Comparison, out: Path) -> list[dict[str, str]]:
     metric = comparison.id_metric
     for method in comparison.method:
         folders = [run_dir(out, method, seed) for seed in comparison.seeds]
-        scores = [summarise(p, labels) for p, labels, _ in method_probs(method, folders)]
-        seconds = [s for _, _, s in method_probs(method, folders)]
+        instances = method_probs(method, folders)
+        scores = [summarise(probs, labels) for probs, labels, _ in instances]
+        seconds = [s for _, _, s in instances]
         row = {"method": method.name, "seeds": str(len(folders))}
         row[f"ID {metric} (%)"] = mean_std([s[metric] for s in scores], 100)
         ood_key = f"ood_{metric}"

@@ -18,7 +18,7 @@ from pyro.nn import PyroModule, PyroSample
 from pyro.nn.module import to_pyro_module_
 from torch import Tensor, nn
 
-from probtrans.config import ModelSpec, PriorSpec
+from probtrans.config import ModelSpec, NetSpec, PriorSpec
 from probtrans.data import DataBundle
 from probtrans.encoder import Encoder, PatchEmbedding, TokenEmbedding
 
@@ -86,14 +86,9 @@ class Classifier(PyroModule):
         return logits
 
 
-def build_classifier(spec: ModelSpec, data: DataBundle) -> Classifier:
-    """The classifier a model spec describes, sized for ``data``."""
-    net = spec.model
-    if data.kind == "image":
-        embedding = PatchEmbedding(data.image_shape, spec.data.patch_size, net.d_model)
-    else:
-        embedding = TokenEmbedding(data.vocab_size, net.max_len, net.d_model)
-    encoder = Encoder(
+def build_encoder(net: NetSpec, embedding: nn.Module) -> Encoder:
+    """The encoder a ``[model]`` table describes, on top of ``embedding``."""
+    return Encoder(
         embedding,
         net.attention,
         net.d_model,
@@ -104,4 +99,13 @@ def build_classifier(spec: ModelSpec, data: DataBundle) -> Classifier:
         norm=net.norm,
         pooling=net.pooling,
     )
-    return Classifier(encoder, net.d_model, data.n_classes, net.prior)
+
+
+def build_classifier(spec: ModelSpec, data: DataBundle) -> Classifier:
+    """The classifier a model spec describes, sized for ``data``."""
+    net = spec.model
+    if data.kind == "image":
+        embedding = PatchEmbedding(data.image_shape, spec.data.patch_size, net.d_model)
+    else:
+        embedding = TokenEmbedding(data.vocab_size, net.max_len, net.d_model)
+    return Classifier(build_encoder(net, embedding), net.d_model, data.n_classes, net.prior)
