@@ -38,6 +38,28 @@ def test_padding_tokens_do_not_change_the_prediction(kind, norm, pooling):
     assert logits.shape == (6, 2) and torch.isfinite(logits).all()
 
 
+def test_batches_drop_all_padding_columns_without_changing_the_prediction():
+    """Deterministic attention, so outputs compare exactly (stochastic kinds draw per column)."""
+    ids = torch.randint(1, 20, (4, 9))
+    mask = torch.zeros(4, 9, dtype=torch.bool)
+    for row, length in enumerate([3, 5, 2, 4]):
+        mask[row, :length] = True
+    ids[~mask] = 0
+    split = DataSplit(ids, torch.zeros(4, dtype=torch.long), mask)
+    data = DataBundle("toy", split, split, split, split, ["a", "b"], "tokens", vocab_size=20)
+    spec = tiny_spec("softmax")
+    spec.model.max_len = 16
+    classifier = build_classifier(spec, data).eval()
+
+    (index_a, inputs_a, mask_a, _), (index_b, inputs_b, mask_b, _) = split.batches(2)
+    assert inputs_a.shape == (2, 5) and inputs_b.shape == (2, 4)  # longest real sequence
+    for index, inputs, cut_mask in [(index_a, inputs_a, mask_a), (index_b, inputs_b, mask_b)]:
+        with torch.no_grad():
+            full = classifier.encoder(ids[index], mask[index])
+            cut = classifier.encoder(inputs, cut_mask)
+        torch.testing.assert_close(cut, full)
+
+
 def test_too_long_sequences_are_refused_with_the_field_name():
     data = token_bundle(length=9)
     spec = tiny_spec("softmax")

@@ -30,13 +30,21 @@ class DataSplit:
     def batches(
         self, batch_size: int, shuffle: bool = False, generator: torch.Generator | None = None
     ) -> Iterator[tuple[Tensor, Tensor, Tensor | None, Tensor]]:
-        """Yield (index, inputs, mask, labels) minibatches; ``index`` locates them in the split."""
+        """Yield (index, inputs, mask, labels) minibatches; ``index`` locates them in the split.
+
+        Token batches drop the trailing columns that are padding in every row: padding gets exactly
+        zero attention weight and no pooling weight, so dropping it cannot change any output.
+        """
         order = (
             torch.randperm(len(self), generator=generator) if shuffle else torch.arange(len(self))
         )
         for index in order.split(batch_size):
-            mask = None if self.mask is None else self.mask[index]
-            yield index, self.inputs[index], mask, self.labels[index]
+            inputs, mask = self.inputs[index], None
+            if self.mask is not None:
+                real = self.mask[index].any(0).nonzero()
+                length = int(real.max()) + 1 if len(real) else 1
+                inputs, mask = inputs[:, :length], self.mask[index, :length]
+            yield index, inputs, mask, self.labels[index]
 
 
 @dataclass
