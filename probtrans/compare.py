@@ -39,7 +39,7 @@ from matplotlib.figure import Figure
 
 from probtrans import calibration, report
 from probtrans.checkpoint import atomic_write
-from probtrans.config import build_dataclass, read_toml
+from probtrans.config import build_dataclass, load_inference_spec, load_model_spec, read_toml
 from probtrans.errors import ConfigError
 from probtrans.metrics import predictive_entropy, predictive_mean
 from probtrans.run import fit_run, read_probs
@@ -91,6 +91,22 @@ def load_preset(path: str | Path) -> Comparison:
     return comparison
 
 
+def missing_variant(method: Method) -> ConfigError:
+    return ConfigError(
+        f"{method.inference}: [predictive] posthoc does not list {method.variant!r}, "
+        f"needed by method {method.name!r}"
+    )
+
+
+def check_methods(comparison: Comparison) -> None:
+    """Read every method's specs and check its variant before anything is trained."""
+    for method in comparison.method:
+        load_model_spec(method.model)
+        inference = load_inference_spec(method.inference)
+        if method.variant != "plain" and method.variant not in inference.predictive.posthoc:
+            raise missing_variant(method)
+
+
 def cross_product(
     models: list[str], inferences: list[str], seeds: list[int], title: str = "comparison"
 ) -> Comparison:
@@ -136,10 +152,7 @@ def method_probs(
     for folder in folders:
         probs, labels = read_probs(folder / "probs.npz")
         if method.variant not in probs:
-            raise ConfigError(
-                f"{method.inference}: [predictive] posthoc does not list {method.variant!r}, "
-                f"needed by method {method.name!r}"
-            )
+            raise missing_variant(method)
         seconds = json.loads((folder / "metrics.json").read_text()).get("train_seconds", 0.0)
         rows.append((probs[method.variant], labels, seconds))
     if method.ensemble:
@@ -219,6 +232,7 @@ def compare(comparison: Comparison, out: str | Path, progress: bool = True) -> s
     ``OUT/figure.png``; returns the Markdown table."""
     out = Path(out)
     start = time.perf_counter()
+    check_methods(comparison)
     ensure_runs(comparison, out, progress)
     rows = table_rows(comparison, out)
     text = markdown(rows, comparison.title)

@@ -47,6 +47,17 @@ class PriorSpec:
 
 
 @dataclass
+class HeadSpec:
+    """The classification head: ``linear`` on the pooled features, or ``random_features``, the
+    SNGP Gaussian-process output layer (a linear map of M random Fourier features of an RBF
+    kernel with lengthscale ℓ; see :mod:`probtrans.sngp`)."""
+
+    kind: Literal["linear", "random_features"] = "linear"
+    features: int = 1024  # M, random_features only
+    lengthscale: float = 1.0  # ℓ, random_features only
+
+
+@dataclass
 class NetSpec:
     """Transformer encoder + linear classification head."""
 
@@ -60,6 +71,9 @@ class NetSpec:
     max_len: int = 512  # longest token sequence (text data only)
     attention: Any = None  # the options dataclass of the chosen attention kind
     prior: PriorSpec = field(default_factory=PriorSpec)
+    head: HeadSpec = field(default_factory=HeadSpec)
+    # SNGP: every Linear map of the encoder gets spectral norm at most this bound; 0 = off
+    spectral_norm: float = 0.0
 
 
 @dataclass
@@ -114,7 +128,7 @@ class TrainSpec:
     epochs: int = 30
     batch_size: int = 64
     patience: int = 0  # early stopping after this many epochs without improvement; 0 = off
-    monitor: Literal["accuracy", "nll"] = "accuracy"
+    monitor: Literal["accuracy", "mcc", "nll"] = "accuracy"  # validation metric kept best
     val_samples: int = 3  # posterior samples used for the validation metric
 
 
@@ -125,6 +139,9 @@ class PredictiveSpec:
     # post-hoc predictives evaluated from the same trained weights, next to the plain one:
     # "mc_dropout" (dropout kept on), "laplace" (last-layer Laplace, prior precision on validation)
     posthoc: list[Literal["mc_dropout", "laplace"]] = field(default_factory=list)
+    # prior precision of the Laplace head posterior; 0 = the value of a log grid with the lowest
+    # validation NLL (SNGP fixes it to its prior's, 1 for β ~ N(0, I))
+    laplace_prior_precision: float = 0.0
 
 
 @dataclass
@@ -226,6 +243,15 @@ def validate_model_spec(spec: ModelSpec) -> None:
     if not 0.0 <= net.dropout < 1.0:
         raise ConfigError(f"{where}.dropout = {net.dropout}: must be in [0, 1)")
     _positive(net.prior.scale, f"{where}.prior.scale")
+    _positive(net.head.features, f"{where}.head.features")
+    _positive(net.head.lengthscale, f"{where}.head.lengthscale")
+    if net.spectral_norm < 0:
+        raise ConfigError(f"{where}.spectral_norm = {net.spectral_norm}: must be >= 0 (0 = off)")
+    if net.spectral_norm and net.prior.weights == "all":
+        raise ConfigError(
+            f"{where}.spectral_norm = {net.spectral_norm}: needs model.prior.weights = "
+            "'none' or 'last_layer' (spectral normalisation bounds deterministic weights)"
+        )
     data = spec.data
     _positive(data.patch_size, f"{spec.path}: data.patch_size")
     for name in ("val_fraction", "test_fraction"):
@@ -276,4 +302,9 @@ def load_inference_spec(path: str | Path) -> InferenceSpec:
         raise ConfigError(f"{path}: elbo.kl_anneal_epochs: must be >= 0")
     if spec.train.patience < 0:
         raise ConfigError(f"{path}: train.patience = {spec.train.patience}: must be >= 0")
+    if spec.predictive.laplace_prior_precision < 0:
+        raise ConfigError(
+            f"{path}: predictive.laplace_prior_precision = "
+            f"{spec.predictive.laplace_prior_precision}: must be >= 0 (0 = chosen on validation)"
+        )
     return spec

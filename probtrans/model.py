@@ -21,20 +21,30 @@ from torch import Tensor, nn
 from probtrans.config import ModelSpec, NetSpec, PriorSpec
 from probtrans.data import DataBundle
 from probtrans.encoder import Encoder, PatchEmbedding, TokenEmbedding
+from probtrans.sngp import RandomFeatures, spectral_normalise
 
 
 class Classifier(PyroModule):
-    """Encoder + linear head as a Pyro model.
+    """Encoder + head as a Pyro model: logits = head(feature_map(encoder(x))), ``head`` linear and
+    ``feature_map`` the identity or SNGP's random Fourier features (:mod:`probtrans.sngp`).
 
     Call as ``model(inputs, mask, labels, index=..., n_data=...)``; ``labels=None`` samples them.
     Sites: weight priors (if any), attention sites ``layers.{i}.attn.a_*``, the deterministic
-    ``features`` (B, D) (the head's input) and ``probs`` (B, C), and the likelihood ``obs``.
+    ``features`` (B, D) (the linear head's input) and ``probs`` (B, C), and the likelihood ``obs``.
     """
 
-    def __init__(self, encoder: nn.Module, d_model: int, n_classes: int, prior: PriorSpec) -> None:
+    def __init__(
+        self,
+        encoder: nn.Module,
+        d_model: int,
+        n_classes: int,
+        prior: PriorSpec,
+        feature_map: nn.Module | None = None,
+    ) -> None:
         super().__init__()
         self.encoder = encoder
-        self.head = nn.Linear(d_model, n_classes)
+        self.feature_map = nn.Identity() if feature_map is None else feature_map
+        self.head = nn.Linear(d_model, n_classes)  # d_model: the feature map's output width
         to_pyro_module_(self)
         #: initial values of the weights that carry priors (guides start from them)
         self.initial_weights: dict[str, Tensor] = {}
@@ -78,7 +88,7 @@ class Classifier(PyroModule):
             index if index is not None else (torch.arange(size) if size == len(inputs) else None)
         )
         with pyro.plate("data", size, subsample_size=len(inputs), subsample=subsample):
-            features = self.encoder(inputs, mask)  # (B, D), pooled
+            features = self.feature_map(self.encoder(inputs, mask))  # (B, D), pooled
             pyro.deterministic("features", features, event_dim=1)
             logits = self.head(features)
             pyro.deterministic("probs", logits.softmax(-1), event_dim=1)
@@ -108,4 +118,10 @@ def build_classifier(spec: ModelSpec, data: DataBundle) -> Classifier:
         embedding = PatchEmbedding(data.image_shape, spec.data.patch_size, net.d_model)
     else:
         embedding = TokenEmbedding(data.vocab_size, net.max_len, net.d_model)
-    return Classifier(build_encoder(net, embedding), net.d_model, data.n_classes, net.prior)
+    encoder = build_encoder(net, embedding)
+    if net.spectral_norm:
+        spectral_normalise(encoder.layers, net.spectral_norm)
+    if net.head.kind == "random_features":
+        feature_map = RandomFeatures(net.d_model, net.head.features, net.head.lengthscale)
+        return Classifier(encoder, net.head.features, data.n_classes, net.prior, feature_map)
+    return Classifier(encoder, net.d_model, data.n_classes, net.prior)

@@ -221,7 +221,13 @@ def last_layer_laplace(
     weight = draws["head.weight"][0] if "head.weight" in draws else run.classifier.head.weight
     bias = draws["head.bias"][0] if "head.bias" in draws else run.classifier.head.bias
     posterior = LastLayerLaplace.fit(torch.as_tensor(train), weight, bias)
-    posterior.fit_prior_precision(torch.as_tensor(features["val"]), run.data.val.labels.numpy())
+    prior_precision = run.inference_spec.predictive.laplace_prior_precision
+    if prior_precision:
+        posterior.prior_precision = prior_precision
+    else:
+        posterior.fit_prior_precision(
+            torch.as_tensor(features["val"]), run.data.val.labels.numpy()
+        )
     return {split: posterior.predictive(torch.as_tensor(f)) for split, f in features.items()}
 
 

@@ -80,7 +80,11 @@ def validation_metric(
     )["probs"]
     mean = metrics.predictive_mean(probs)
     labels = data.val.labels.numpy()
-    return {"val_accuracy": metrics.accuracy(mean, labels), "val_nll": metrics.nll(mean, labels)}
+    return {
+        "val_accuracy": metrics.accuracy(mean, labels),
+        "val_mcc": metrics.mcc(mean, labels),
+        "val_nll": metrics.nll(mean, labels),
+    }
 
 
 def fit(
@@ -114,7 +118,7 @@ def fit(
     generator = torch.Generator().manual_seed(seed)
 
     result = TrainResult(guide=guide)
-    higher_is_better = spec.train.monitor == "accuracy"
+    higher_is_better = spec.train.monitor != "nll"
     bad_epochs = 0
     bar = tqdm(range(1, spec.train.epochs + 1), desc="SVI", unit="epoch", disable=not progress)
     for epoch in bar:

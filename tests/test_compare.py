@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from probtrans.cli import main
-from probtrans.compare import load_preset, method_probs, run_dir
-from tests.conftest import TINY_TRAIN, inference_file
+from probtrans.compare import check_methods, load_preset, method_probs, run_dir
+from tests.conftest import ROOT, TINY_TRAIN, inference_file
 
 PRESET = """
 title = "tiny"
@@ -96,3 +97,10 @@ def test_compare_names_a_missing_spec(tmp_path, capsys):
     assert main(["compare", "--preset", str(path), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "method 'a': model" in err and "nope.toml" in err
+
+
+@pytest.mark.parametrize("preset", sorted((ROOT / "results" / "presets").glob("*.toml")))
+def test_shipped_presets_name_valid_specs_and_variants(preset):
+    comparison = load_preset(preset)
+    check_methods(comparison)  # raises on a bad spec or a variant the inference spec lacks
+    assert comparison.method and all(Path(m.model).is_file() for m in comparison.method)

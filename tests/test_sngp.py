@@ -1,0 +1,91 @@
+"""SNGP baseline: spectral-norm bound, random Fourier features of the RBF kernel, and the Laplace
+posterior over the random-feature layer with the prior's precision (Liu et al., NeurIPS 2020)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics.pairwise import rbf_kernel
+from torch.nn.utils import parametrize
+
+from probtrans.config import load_model_spec
+from probtrans.errors import ConfigError
+from probtrans.laplace import LastLayerLaplace
+from probtrans.sngp import RandomFeatures, SpectralNormBound, spectral_normalise
+from tests.conftest import TINY_MODEL, inference_file, tiny_inference
+
+
+def test_random_features_approximate_the_rbf_kernel():
+    torch.manual_seed(0)
+    lengthscale = 1.5
+    x, y = torch.randn(20, 5), torch.randn(30, 5)
+    features = RandomFeatures(5, n_features=40_000, lengthscale=lengthscale)
+    approximate = (features(x) @ features(y).T).numpy()
+    exact = rbf_kernel(x.numpy(), y.numpy(), gamma=1 / (2 * lengthscale**2))
+    # Monte Carlo error of an average of M terms bounded by 2/M each: ~ 1/sqrt(M)
+    np.testing.assert_allclose(approximate, exact, atol=0.03)
+    assert features(x).shape == (20, 40_000)
+
+
+def test_spectral_norm_bound_scales_only_large_weights():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(6, 8)
+    spectral_normalise(layer, bound=0.9)
+    with torch.no_grad():
+        layer.parametrizations.weight.original.mul_(5.0)
+    for _ in range(30):  # training-mode passes advance the power iteration
+        layer(torch.randn(3, 6))
+    assert torch.linalg.matrix_norm(layer.weight, ord=2).item() == pytest.approx(0.9, rel=1e-4)
+
+    small = torch.randn(8, 6)
+    small = 0.5 * small / torch.linalg.matrix_norm(small, ord=2)
+    bound = SpectralNormBound(small, bound=0.9)
+    torch.testing.assert_close(bound(small), small)  # σ = 0.5 ≤ c: left as it is
+
+    layer.eval()  # evaluation does not move the estimate, and gradients reach the weight
+    before = layer.parametrizations.weight[0].u.clone()
+    layer(torch.randn(3, 6)).sum().backward()
+    torch.testing.assert_close(layer.parametrizations.weight[0].u, before)
+    assert layer.parametrizations.weight.original.grad.abs().sum() > 0
+    assert parametrize.is_parametrized(layer, "weight")
+
+
+SNGP_MODEL = TINY_MODEL.replace(
+    "[model.attention]",
+    "spectral_norm = 0.95\n\n[model.head]\nkind = \"random_features\"\nfeatures = 128\n"
+    "lengthscale = 2.0\n\n[model.attention]",
+)
+
+
+def test_sngp_run_uses_the_prior_precision_and_bounded_encoder(tmp_path, monkeypatch):
+    from probtrans.run import fit_run, load_run, predictives
+
+    model = tmp_path / "sngp.toml"
+    model.write_text(SNGP_MODEL)
+    text = tiny_inference(tmp_path, "map").read_text()
+    text += 'posthoc = ["laplace"]\nlaplace_prior_precision = 1.0\n'
+    inference = inference_file(tmp_path, "sngp_map.toml", text)
+    fit_run(model, inference, tmp_path / "run", progress=False)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("SNGP keeps its prior precision; nothing is fitted on validation")
+
+    monkeypatch.setattr(LastLayerLaplace, "fit_prior_precision", refuse)
+    run = load_run(tmp_path / "run")  # u, v buffers and the feature map come back
+    probs, plain = predictives(run, samples=3)
+    assert probs["laplace"]["test"].shape == (3, len(run.data.test), run.data.n_classes)
+    assert run.classifier.head.in_features == 128
+    for module in run.classifier.encoder.layers.modules():
+        if isinstance(module, torch.nn.Linear):
+            assert torch.linalg.matrix_norm(module.weight, ord=2) <= 0.95 * 1.02
+
+
+def test_sngp_spec_errors_name_the_field(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(SNGP_MODEL.replace('weights = "last_layer"', 'weights = "all"'))
+    with pytest.raises(ConfigError, match="model.spectral_norm = 0.95: needs model.prior"):
+        load_model_spec(bad)
+    bad.write_text(SNGP_MODEL.replace("features = 128", "features = 0"))
+    with pytest.raises(ConfigError, match="model.head.features = 0"):
+        load_model_spec(bad)
