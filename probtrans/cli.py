@@ -79,8 +79,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         comparison = cross_product(paths, [str(spec_path(i)) for i in args.inference], [0])
     else:
         raise ProbtransError("compare: give model specs (with --inference) or --preset FILE")
-    if args.seeds:
+    if args.seeds:  # every method, whatever its preset says
         comparison.seeds = args.seeds
+        for method in comparison.method:
+            method.seeds = None
     if args.epochs is not None:
         comparison.epochs = args.epochs
     print(compare(comparison, args.out, progress=not args.quiet))

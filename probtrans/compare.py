@@ -15,6 +15,7 @@ command line, or a preset file (``results/presets/*.toml``)::
     variant = "plain"          # or a post-hoc variant listed in the inference spec's
                                # [predictive] posthoc: "mc_dropout", "laplace"
     ensemble = false           # true: all seeds' runs as one predictive (deep ensemble)
+    seeds = [0]                # optional: this method's seeds instead of the comparison's
     temperature = false        # true: temperature scaling fitted on validation
     paper = "20.09 / 16.46"    # the paper's number, printed beside ours
 
@@ -57,6 +58,7 @@ class Method:
     ensemble: bool = False
     temperature: bool = False
     paper: str = ""
+    seeds: list[int] | None = None  # None: the comparison's seeds
 
 
 @dataclass
@@ -67,6 +69,9 @@ class Comparison:
     epochs: int | None = None
     method: list[Method] = field(default_factory=list)
     path: str = "<command line>"
+
+    def seeds_of(self, method: Method) -> list[int]:
+        return self.seeds if method.seeds is None else method.seeds
 
 
 def load_preset(path: str | Path) -> Comparison:
@@ -128,7 +133,7 @@ def run_dir(out: Path, method: Method, seed: int) -> Path:
 def ensure_runs(comparison: Comparison, out: Path, progress: bool = True) -> None:
     """Train every missing (model, inference, seed) run; finished runs are left alone."""
     for method in comparison.method:
-        for seed in comparison.seeds:
+        for seed in comparison.seeds_of(method):
             folder = run_dir(out, method, seed)
             if (folder / "metrics.json").is_file():
                 continue
@@ -178,7 +183,7 @@ def table_rows(comparison: Comparison, out: Path) -> list[dict[str, str]]:
     rows = []
     metric = comparison.id_metric
     for method in comparison.method:
-        folders = [run_dir(out, method, seed) for seed in comparison.seeds]
+        folders = [run_dir(out, method, seed) for seed in comparison.seeds_of(method)]
         instances = method_probs(method, folders)
         scores = [summarise(probs, labels) for probs, labels, _ in instances]
         seconds = [s for _, _, s in instances]
@@ -215,7 +220,8 @@ def figure(comparison: Comparison, out: Path) -> Figure:
     fig = Figure(figsize=(8.0, 3.6 * len(methods)), layout="constrained")
     axes = fig.subplots(len(methods), 2, squeeze=False)
     for (reliability_ax, entropy_ax), method in zip(axes, methods, strict=True):
-        seeds = comparison.seeds if method.ensemble else comparison.seeds[:1]
+        seeds = comparison.seeds_of(method)
+        seeds = seeds if method.ensemble else seeds[:1]
         probs, labels, _ = method_probs(method, [run_dir(out, method, s) for s in seeds])[0]
         report.reliability_diagram(
             reliability_ax, predictive_mean(probs["test"]), labels["test"], label=method.name

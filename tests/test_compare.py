@@ -87,6 +87,19 @@ def test_compare_rejects_a_variant_the_inference_spec_does_not_compute(tmp_path,
     bad.write_text(text.replace("seeds = [0, 1]", "seeds = [0]"))
     assert main(["compare", "--preset", str(bad), "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert "posthoc does not list 'laplace'" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "runs").exists()  # checked before any training
+
+
+def test_a_method_can_have_its_own_seeds(tmp_path, preset):
+    text = preset.read_text().replace("seeds = [0, 1]", "seeds = [0]")
+    text = text.replace("ensemble = true", "ensemble = true\nseeds = [0, 1]")
+    path = tmp_path / "own_seeds.toml"
+    path.write_text(text)
+    out = tmp_path / "cmp"
+    assert main(["compare", "--preset", str(path), "--out", str(out), "--quiet"]) == 0
+    assert len(list((out / "runs").iterdir())) == 2  # seed 1 trained for the ensemble only
+    rows = {r["method"]: r for r in csv.DictReader((out / "table.csv").open())}
+    assert (rows["MAP"]["seeds"], rows["ensemble"]["seeds"]) == ("1", "2")
 
 
 def test_compare_names_a_missing_spec(tmp_path, capsys):
