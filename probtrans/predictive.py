@@ -105,7 +105,8 @@ def predict(
     if mc_dropout:
         dropout_on(classifier)
     chunks: dict[str, list[np.ndarray]] = {name: [] for name in sites}
-    for _, inputs, mask, _ in split.batches(max(1, batch_size // passes[0][1])):
+    rows_per_pass = max(1, batch_size // passes[0][1])
+    for _, inputs, mask, _ in split.batches(rows_per_pass, trim=not attention):  # (B, L) sites
         n = len(inputs)
         outputs: dict[str, list[Tensor]] = {name: [] for name in sites}
         for (_, replicas), run in zip(passes, conditioned, strict=True):

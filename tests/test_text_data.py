@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tokenizers import pre_tokenizers
 
 from probtrans.config import DataSpec, load_model_spec
 from probtrans.data import load_data
@@ -185,6 +186,16 @@ def test_padding_mask_and_truncation(cola, cache):
         assert torch.equal(mask, positions < lengths[:, None])  # padding only at the end
     short = load_data(cola_spec(max_len=8))
     assert short.train.inputs.shape[1] == 8 and short.train.mask[:, -1].any()
+
+
+@needs_data
+def test_decode_gives_back_the_words_the_model_sees(cola):
+    task = load_text_task("cola", "h_sto", 0)
+    text = task.train["text"][0]
+    words = [w for w, _ in pre_tokenizers.Whitespace().pre_tokenize_str(text.lower())]
+    assert cola.decode(cola.train.inputs[0].tolist()) == " ".join(words)
+    unseen = (cola.ood.inputs == 1).any(1).nonzero()[0, 0]  # a sentence with an unknown word
+    assert "[UNK]" in cola.decode(cola.ood.inputs[unseen].tolist())
 
 
 @needs_data

@@ -6,7 +6,7 @@ data set needs a loader and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -28,19 +28,24 @@ class DataSplit:
         return len(self.labels)
 
     def batches(
-        self, batch_size: int, shuffle: bool = False, generator: torch.Generator | None = None
+        self,
+        batch_size: int,
+        shuffle: bool = False,
+        generator: torch.Generator | None = None,
+        trim: bool = True,
     ) -> Iterator[tuple[Tensor, Tensor, Tensor | None, Tensor]]:
         """Yield (index, inputs, mask, labels) minibatches; ``index`` locates them in the split.
 
-        Token batches drop the trailing columns that are padding in every row: padding gets exactly
-        zero attention weight and no pooling weight, so dropping it cannot change any output.
+        With ``trim``, token batches drop the trailing columns that are padding in every row:
+        padding gets exactly zero attention weight and no pooling weight, so dropping it cannot
+        change any output (keep them when per-token outputs of batches are concatenated).
         """
         order = (
             torch.randperm(len(self), generator=generator) if shuffle else torch.arange(len(self))
         )
         for index in order.split(batch_size):
             inputs, mask = self.inputs[index], None
-            if self.mask is not None:
+            if self.mask is not None and trim:
                 real = self.mask[index].any(0).nonzero()
                 length = int(real.max()) + 1 if len(real) else 1
                 inputs, mask = inputs[:, :length], self.mask[index, :length]
@@ -61,6 +66,8 @@ class DataBundle:
     image_shape: tuple[int, int, int] | None = None
     vocab_size: int | None = None
     description: dict = field(default_factory=dict)
+    #: text data: token ids → the words the model sees (lower-cased, unknown words as [UNK])
+    decode: Callable[[list[int]], str] | None = None
 
     @property
     def n_classes(self) -> int:

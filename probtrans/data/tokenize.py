@@ -131,4 +131,5 @@ def load_text_bundle(spec: DataSpec) -> DataBundle:
             "cache": str(path),
             "from_cache": cached,
         },
+        decode=lambda ids: tokenizer.decode([i for i in ids if i != 0], skip_special_tokens=False),
     )
