@@ -20,7 +20,7 @@ command line, or a preset file (``results/presets/*.toml``)::
     paper = "20.09 / 16.46"    # the paper's number, printed beside ours
 
 Every (model, inference, seed) is trained once into ``OUT/runs/`` and shared by the methods
-that use it; a run whose ``metrics.json`` exists is reused, so an interrupted comparison
+that use it; a run whose ``metrics.json`` and ``probs.npz`` exist is reused, so an interrupted comparison
 resumes where it stopped. Each row is the mean ± standard deviation over seeds of
 :func:`probtrans.summary.summarise`, computed from the runs' ``probs.npz``.
 """
@@ -135,8 +135,8 @@ def ensure_runs(comparison: Comparison, out: Path, progress: bool = True) -> Non
     for method in comparison.method:
         for seed in comparison.seeds_of(method):
             folder = run_dir(out, method, seed)
-            if (folder / "metrics.json").is_file():
-                continue
+            if (folder / "metrics.json").is_file() and (folder / "probs.npz").is_file():
+                continue  # finished (committed results keep metrics only: those are refitted)
             print(f"fit {folder.name}", flush=True)
             fit_run(
                 method.model,

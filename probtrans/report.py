@@ -72,7 +72,7 @@ def uncertainty_histograms(
     ax.hist(score_out, bins=edges, density=True, alpha=0.6, label="out-of-domain")
     ax.set_xlabel(name)
     ax.set_ylabel("density")
-    ax.set_title(f"{name}: OOD AUROC = {auroc:.4f}")
+    ax.set_title(f"OOD AUROC = {auroc:.4f}")  # the score names the x axis
     ax.legend()
 
 

@@ -52,7 +52,7 @@ def test_reliability_diagram_shows_ece(run_probs):
 def test_uncertainty_histograms_title_has_auroc():
     ax = Figure().subplots()
     report.uncertainty_histograms(ax, np.array([0.1, 0.2, 0.3]), np.array([0.5, 0.9]), name="MI")
-    assert ax.get_title() == "MI: OOD AUROC = 1.0000"
+    assert ax.get_title() == "OOD AUROC = 1.0000"
     assert ax.get_xlabel() == "MI"
 
 
