@@ -20,8 +20,8 @@ command line, or a preset file (``results/presets/*.toml``)::
     paper = "20.09 / 16.46"    # the paper's number, printed beside ours
 
 Every (model, inference, seed) is trained once into ``OUT/runs/`` and shared by the methods
-that use it; a run whose ``metrics.json`` and ``probs.npz`` exist is reused, so an interrupted comparison
-resumes where it stopped. Each row is the mean ± standard deviation over seeds of
+that use it; a run whose ``metrics.json`` and ``probs.npz`` exist is reused, so an interrupted
+comparison resumes where it stopped. Each row is the mean ± standard deviation over seeds of
 :func:`probtrans.summary.summarise`, computed from the runs' ``probs.npz``.
 """
 
