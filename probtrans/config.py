@@ -130,6 +130,8 @@ class TrainSpec:
     patience: int = 0  # early stopping after this many epochs without improvement; 0 = off
     monitor: Literal["accuracy", "mcc", "nll"] = "accuracy"  # validation metric kept best
     val_samples: int = 3  # posterior samples used for the validation metric
+    # token data: batches of rows of similar length (less padding), see DataSplit.batches
+    group_by_length: bool = False
 
 
 @dataclass

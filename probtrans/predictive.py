@@ -105,8 +105,12 @@ def predict(
     if mc_dropout:
         dropout_on(classifier)
     chunks: dict[str, list[np.ndarray]] = {name: [] for name in sites}
+    located: list[Tensor] = []  # the split's row numbers of each batch
     rows_per_pass = max(1, batch_size // passes[0][1])
-    for _, inputs, mask, _ in split.batches(rows_per_pass, trim=not attention):  # (B, L) sites
+    # rows in order of length, so that token batches carry little padding; order restored below
+    batches = split.batches(rows_per_pass, trim=not attention, by_length=True)
+    for index, inputs, mask, _ in batches:  # (B, L) sites
+        located.append(index)
         n = len(inputs)
         outputs: dict[str, list[Tensor]] = {name: [] for name in sites}
         for (_, replicas), run in zip(passes, conditioned, strict=True):
@@ -120,7 +124,8 @@ def predict(
             value = torch.cat(outputs[name]).expand(samples, *outputs[name][0].shape[1:])
             chunks[name].append(value.cpu().numpy())  # (S, B, ...)
     classifier.train(was_training)
-    return {name: np.concatenate(parts, axis=1) for name, parts in chunks.items()}
+    order = torch.cat(located).argsort().numpy()
+    return {name: np.concatenate(parts, axis=1)[:, order] for name, parts in chunks.items()}
 
 
 def inference_data(

@@ -125,7 +125,12 @@ def fit(
         classifier.train()
         total = 0.0
         for step, (index, inputs, mask, labels) in enumerate(
-            data.train.batches(spec.train.batch_size, shuffle=True, generator=generator)
+            data.train.batches(
+                spec.train.batch_size,
+                shuffle=True,
+                generator=generator,
+                by_length=spec.train.group_by_length,
+            )
         ):
             kl.annealing = kl_annealing_at(spec, epoch - 1 + step / steps_per_epoch)
             inputs, labels = inputs.to(device), labels.to(device)

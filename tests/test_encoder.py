@@ -60,6 +60,48 @@ def test_batches_drop_all_padding_columns_without_changing_the_prediction():
         torch.testing.assert_close(cut, full)
 
 
+def ragged_split(n: int, longest: int, seed: int = 0) -> DataSplit:
+    """n rows of token ids with lengths uniform on 1..longest, padded to longest."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, longest + 1, (n,), generator=generator)
+    mask = torch.arange(longest) < lengths[:, None]  # (n, longest)
+    ids = torch.randint(1, 20, (n, longest), generator=generator) * mask
+    return DataSplit(ids, torch.zeros(n, dtype=torch.long), mask)
+
+
+def padded_cells(batches) -> int:
+    return sum(inputs.numel() for _, inputs, _, _ in batches)
+
+
+def test_length_grouped_batches_cover_every_row_once_with_less_padding():
+    split = ragged_split(n=2000, longest=100)
+
+    def shuffled(seed: int, by_length: bool) -> list:
+        generator = torch.Generator().manual_seed(seed)
+        return list(split.batches(16, shuffle=True, generator=generator, by_length=by_length))
+
+    plain, grouped = shuffled(1, by_length=False), shuffled(1, by_length=True)
+    rows = torch.cat([index for index, *_ in grouped])
+    assert torch.equal(rows.sort().values, torch.arange(2000))  # every row exactly once
+    assert sorted(len(index) for index, *_ in grouped) == sorted(len(i) for i, *_ in plain)
+    for index, inputs, mask, _ in grouped:
+        assert torch.equal(mask, split.mask[index, : inputs.shape[1]])
+        assert mask[:, -1].any()  # trimmed to the longest row of the batch
+    # uniform lengths: plain batches are padded to about the maximum, grouped ones barely at all
+    real = int(split.lengths().sum())
+    assert padded_cells(plain) > 1.7 * real
+    assert padded_cells(grouped) < 1.1 * real
+    again, other = shuffled(1, by_length=True), shuffled(2, by_length=True)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(grouped, again, strict=True))
+    assert not all(torch.equal(a[0], b[0]) for a, b in zip(grouped, other, strict=True))
+
+
+def test_unshuffled_length_grouped_batches_come_in_order_of_length():
+    split = ragged_split(n=300, longest=40)
+    rows = torch.cat([index for index, *_ in split.batches(32, by_length=True)])
+    assert (split.lengths()[rows].diff() >= 0).all()
+
+
 def test_too_long_sequences_are_refused_with_the_field_name():
     data = token_bundle(length=9)
     spec = tiny_spec("softmax")

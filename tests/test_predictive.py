@@ -7,6 +7,7 @@ import torch
 from pyro import poutine
 
 from probtrans.config import GuideSpec
+from probtrans.data import DataBundle, DataSplit
 from probtrans.guides import build_guide
 from probtrans.model import build_classifier
 from probtrans.objective import self_guided
@@ -72,3 +73,22 @@ def test_batched_samples_have_the_sequential_predictive_mean(digits):
         )
     spread = sequential.std(0) / 400**0.5
     assert ((folded.mean(0) - sequential.mean(0)).abs() < 5 * spread + 1e-4).all()
+
+
+def test_token_rows_predicted_in_order_of_length_come_back_in_split_order():
+    """predict batches token rows by length; its outputs must still follow the split's rows."""
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.randint(1, 13, (40,), generator=generator)
+    mask = torch.arange(12) < lengths[:, None]  # (40, 12)
+    ids = torch.randint(1, 20, (40, 12), generator=generator) * mask
+    split = DataSplit(ids, torch.randint(0, 2, (40,), generator=generator), mask)
+    data = DataBundle("toy", split, split, split, split, ["a", "b"], "tokens", vocab_size=20)
+    spec = tiny_spec("softmax")
+    spec.model.max_len = 12
+    classifier = build_classifier(spec, data).eval()
+    guide = trained_guide(classifier, data, "delta")
+    probs = predict(classifier, guide, split, samples=2, batch_size=6)["probs"]
+    assert not (split.lengths()[:-1] <= split.lengths()[1:]).all()  # the split is not sorted
+    with torch.no_grad():
+        expected = classifier(ids, mask).softmax(-1).numpy()  # (N, C)
+    assert abs(probs - expected).max() < 1e-5

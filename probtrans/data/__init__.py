@@ -15,6 +15,9 @@ from torch import Tensor
 from probtrans.config import DataSpec
 from probtrans.errors import ConfigError
 
+#: batches per pool of length-grouped shuffling (``DataSplit.batches(by_length=True)``)
+POOL_BATCHES = 50
+
 
 @dataclass
 class DataSplit:
@@ -27,29 +30,53 @@ class DataSplit:
     def __len__(self) -> int:
         return len(self.labels)
 
+    def lengths(self) -> Tensor | None:
+        """Tokens per row, padding excluded (N,); None for images."""
+        return None if self.mask is None else self.mask.sum(1)
+
     def batches(
         self,
         batch_size: int,
         shuffle: bool = False,
         generator: torch.Generator | None = None,
         trim: bool = True,
+        by_length: bool = False,
     ) -> Iterator[tuple[Tensor, Tensor, Tensor | None, Tensor]]:
         """Yield (index, inputs, mask, labels) minibatches; ``index`` locates them in the split.
 
         With ``trim``, token batches drop the trailing columns that are padding in every row:
         padding gets exactly zero attention weight and no pooling weight, so dropping it cannot
         change any output (keep them when per-token outputs of batches are concatenated).
+
+        With ``by_length`` (token splits), rows of similar length share a batch, so that ``trim``
+        removes most of the padding (IMDB reviews fill half of 512 tokens on average). Without
+        ``shuffle`` the rows come in order of length; with it, a random permutation is cut into
+        pools of ``POOL_BATCHES`` batches, each pool is sorted by length and cut into batches, and
+        the batches of all pools come in random order. Batch sizes are those of plain batching.
         """
-        order = (
-            torch.randperm(len(self), generator=generator) if shuffle else torch.arange(len(self))
-        )
-        for index in order.split(batch_size):
+        for index in self._batch_indices(batch_size, shuffle, generator, by_length):
             inputs, mask = self.inputs[index], None
             if self.mask is not None and trim:
                 real = self.mask[index].any(0).nonzero()
                 length = int(real.max()) + 1 if len(real) else 1
                 inputs, mask = inputs[:, :length], self.mask[index, :length]
             yield index, inputs, mask, self.labels[index]
+
+    def _batch_indices(
+        self, batch_size: int, shuffle: bool, generator: torch.Generator | None, by_length: bool
+    ) -> list[Tensor]:
+        order = (
+            torch.randperm(len(self), generator=generator) if shuffle else torch.arange(len(self))
+        )
+        lengths = self.lengths()
+        if not by_length or lengths is None:
+            return list(order.split(batch_size))
+        if not shuffle:
+            return list(torch.sort(lengths, stable=True).indices.split(batch_size))
+        batches: list[Tensor] = []
+        for pool in order.split(batch_size * POOL_BATCHES):
+            batches += pool[torch.sort(lengths[pool], stable=True).indices].split(batch_size)
+        return [batches[i] for i in torch.randperm(len(batches), generator=generator)]
 
 
 @dataclass
