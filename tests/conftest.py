@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pyro
 import pytest
+import torch
 
 from probtrans.attention import default_options
 from probtrans.config import ModelSpec
-from probtrans.data import load_data
+from probtrans.data import DataSplit, load_data
 
 warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
 
@@ -49,6 +50,16 @@ def _fresh_pyro():
 @pytest.fixture(scope="session")
 def digits():
     return load_data(ModelSpec().data)
+
+
+def ragged_split(n: int, longest: int, seed: int = 0) -> DataSplit:
+    """n rows of token ids (vocabulary 20) with lengths uniform on 1..longest, padded to longest;
+    labels uniform on {0, 1}."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, longest + 1, (n,), generator=generator)
+    mask = torch.arange(longest) < lengths[:, None]  # (n, longest)
+    ids = torch.randint(1, 20, (n, longest), generator=generator) * mask
+    return DataSplit(ids, torch.randint(0, 2, (n,), generator=generator), mask)
 
 
 def tiny_spec(kind: str = "h_sto", prior: str = "none", **attention) -> ModelSpec:

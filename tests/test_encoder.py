@@ -9,7 +9,7 @@ import torch
 from probtrans.data import DataBundle, DataSplit
 from probtrans.errors import ProbtransError
 from probtrans.model import build_classifier
-from tests.conftest import tiny_spec
+from tests.conftest import ragged_split, tiny_spec
 
 
 def token_bundle(n: int = 6, length: int = 7, vocab: int = 20) -> DataBundle:
@@ -58,15 +58,6 @@ def test_batches_drop_all_padding_columns_without_changing_the_prediction():
             full = classifier.encoder(ids[index], mask[index])
             cut = classifier.encoder(inputs, cut_mask)
         torch.testing.assert_close(cut, full)
-
-
-def ragged_split(n: int, longest: int, seed: int = 0) -> DataSplit:
-    """n rows of token ids with lengths uniform on 1..longest, padded to longest."""
-    generator = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(1, longest + 1, (n,), generator=generator)
-    mask = torch.arange(longest) < lengths[:, None]  # (n, longest)
-    ids = torch.randint(1, 20, (n, longest), generator=generator) * mask
-    return DataSplit(ids, torch.zeros(n, dtype=torch.long), mask)
 
 
 def padded_cells(batches) -> int:

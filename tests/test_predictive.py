@@ -7,12 +7,12 @@ import torch
 from pyro import poutine
 
 from probtrans.config import GuideSpec
-from probtrans.data import DataBundle, DataSplit
+from probtrans.data import DataBundle
 from probtrans.guides import build_guide
 from probtrans.model import build_classifier
 from probtrans.objective import self_guided
 from probtrans.predictive import is_point_mass, posterior_draws, predict
-from tests.conftest import tiny_spec
+from tests.conftest import ragged_split, tiny_spec
 
 
 def trained_guide(classifier, digits, name):
@@ -77,11 +77,7 @@ def test_batched_samples_have_the_sequential_predictive_mean(digits):
 
 def test_token_rows_predicted_in_order_of_length_come_back_in_split_order():
     """predict batches token rows by length; its outputs must still follow the split's rows."""
-    generator = torch.Generator().manual_seed(0)
-    lengths = torch.randint(1, 13, (40,), generator=generator)
-    mask = torch.arange(12) < lengths[:, None]  # (40, 12)
-    ids = torch.randint(1, 20, (40, 12), generator=generator) * mask
-    split = DataSplit(ids, torch.randint(0, 2, (40,), generator=generator), mask)
+    split = ragged_split(n=40, longest=12)
     data = DataBundle("toy", split, split, split, split, ["a", "b"], "tokens", vocab_size=20)
     spec = tiny_spec("softmax")
     spec.model.max_len = 12
@@ -90,5 +86,5 @@ def test_token_rows_predicted_in_order_of_length_come_back_in_split_order():
     probs = predict(classifier, guide, split, samples=2, batch_size=6)["probs"]
     assert not (split.lengths()[:-1] <= split.lengths()[1:]).all()  # the split is not sorted
     with torch.no_grad():
-        expected = classifier(ids, mask).softmax(-1).numpy()  # (N, C)
+        expected = classifier(split.inputs, split.mask).softmax(-1).numpy()  # (N, C)
     assert abs(probs - expected).max() < 1e-5

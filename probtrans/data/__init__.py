@@ -65,14 +65,14 @@ class DataSplit:
     def _batch_indices(
         self, batch_size: int, shuffle: bool, generator: torch.Generator | None, by_length: bool
     ) -> list[Tensor]:
+        lengths = self.lengths() if by_length else None
+        if lengths is not None and not shuffle:
+            return list(torch.sort(lengths, stable=True).indices.split(batch_size))
         order = (
             torch.randperm(len(self), generator=generator) if shuffle else torch.arange(len(self))
         )
-        lengths = self.lengths()
-        if not by_length or lengths is None:
+        if lengths is None:
             return list(order.split(batch_size))
-        if not shuffle:
-            return list(torch.sort(lengths, stable=True).indices.split(batch_size))
         batches: list[Tensor] = []
         for pool in order.split(batch_size * POOL_BATCHES):
             batches += pool[torch.sort(lengths[pool], stable=True).indices].split(batch_size)
