@@ -51,7 +51,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     if args.samples is not None and args.samples <= 0:
         raise ProbtransError(f"--samples {args.samples}: must be > 0")
-    scores = evaluate_run(args.run_dir, samples=args.samples, device=args.device, seed=args.seed)
+    scores = evaluate_run(
+        args.run_dir,
+        samples=args.samples,
+        device=args.device,
+        seed=args.seed,
+        progress=not args.quiet,
+    )
     print(format_table(scores, HEADLINE))
     print(f"re-evaluated {args.run_dir} with {scores['posterior_samples']} posterior samples")
     return 0
@@ -108,7 +114,7 @@ def parser() -> argparse.ArgumentParser:
     fit.add_argument("--epochs", type=int, help="override train.epochs")
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("--device", default="cpu", help="cpu or cuda")
-    fit.add_argument("--quiet", action="store_true", help="no progress bar")
+    fit.add_argument("--quiet", action="store_true", help="no progress bars")
     fit.set_defaults(run=cmd_fit)
 
     evaluate = sub.add_parser("evaluate", help="re-evaluate a saved run folder")
@@ -116,6 +122,7 @@ def parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--samples", type=int, help="posterior samples (default: the spec's)")
     evaluate.add_argument("--seed", type=int, default=0)
     evaluate.add_argument("--device", default="cpu", help="cpu or cuda")
+    evaluate.add_argument("--quiet", action="store_true", help="no progress bar")
     evaluate.set_defaults(run=cmd_evaluate)
 
     describe = sub.add_parser("describe", help="list the Pyro sample sites of a model spec")

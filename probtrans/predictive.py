@@ -8,6 +8,7 @@ the attention matrices only with ``attention=True`` (they are B × H × L × L p
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -16,6 +17,7 @@ import torch
 from pyro import poutine
 from pyro.infer import Predictive
 from torch import Tensor, nn
+from tqdm.auto import tqdm
 
 from probtrans.data import DataSplit
 from probtrans.model import Classifier
@@ -69,6 +71,7 @@ def predict(
     draws: dict[str, Tensor] | None = None,
     mc_dropout: bool = False,
     extra_sites: Sequence[str] = (),
+    progress: bool = False,
 ) -> dict[str, np.ndarray]:
     """S posterior predictive draws on ``split``, streamed over the data.
 
@@ -81,7 +84,7 @@ def predict(
     shape-probing model passes ``Predictive`` adds to every call.
 
     ``mc_dropout=True`` keeps dropout on (MC dropout, Gal & Ghahramani 2016) and nothing else of
-    training mode.
+    training mode. ``progress=True`` shows a bar over the batches.
 
     Returns ``probs`` (S, N, C), ``obs`` (S, N), the ``extra_sites`` (e.g. ``features``) and, with
     ``attention=True``, every attention site (S, N, H, L, ·).
@@ -108,7 +111,14 @@ def predict(
     located: list[Tensor] = []  # the split's row numbers of each batch
     rows_per_pass = max(1, batch_size // passes[0][1])
     # rows in order of length, so that token batches carry little padding; order restored below
-    batches = split.batches(rows_per_pass, trim=not attention, by_length=True)
+    batches = tqdm(
+        split.batches(rows_per_pass, trim=not attention, by_length=True),
+        total=math.ceil(len(split) / rows_per_pass),
+        desc="predictive",
+        unit="batch",
+        leave=False,
+        disable=not progress,
+    )
     for index, inputs, mask, _ in batches:  # (B, L) sites
         located.append(index)
         n = len(inputs)

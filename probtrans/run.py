@@ -129,7 +129,7 @@ def fit_run(
     train_seconds = time.perf_counter() - start
     write_json(staging / "history.json", result.history)
     run = Run(model_spec, inference_spec, data, classifier, result.guide, staging)
-    scores = evaluate(run, device=device, seed=seed)
+    scores = evaluate(run, device=device, seed=seed, progress=progress)
     scores.update(train_seconds=train_seconds, best_epoch=result.best.epoch, seed=seed)
     write_json(staging / "metrics.json", scores)
     _replace_dir(staging, out_dir)
@@ -168,7 +168,7 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> Run:
 
 
 def predictives(
-    run: Run, samples: int, device: str = "cpu"
+    run: Run, samples: int, device: str = "cpu", progress: bool = False
 ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
     """Posterior predictive class probabilities, variant → split → (S, N, C), for the ``plain``
     predictive and the spec's post-hoc variants, on the val, test and ood splits; and the full
@@ -188,6 +188,7 @@ def predictives(
             spec.batch_size,
             device,
             draws=draws,
+            progress=progress,
             **options,
         )
 
@@ -266,14 +267,19 @@ def read_probs(path: Path) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, 
 
 
 def evaluate(
-    run: Run, *, samples: int | None = None, device: str = "cpu", seed: int = 0
+    run: Run,
+    *,
+    samples: int | None = None,
+    device: str = "cpu",
+    seed: int = 0,
+    progress: bool = False,
 ) -> dict[str, float]:
     """Posterior predictive on the validation, in-domain test and out-of-domain splits; writes
     ``predictive.nc``, ``probs.npz`` and ``report.png`` into the run folder and returns the
     metrics (:func:`probtrans.summary.summarise`; post-hoc variants prefixed ``{variant}.``)."""
     samples = samples or run.inference_spec.predictive.samples
     pyro.set_rng_seed(seed)
-    probs, plain = predictives(run, samples, device)
+    probs, plain = predictives(run, samples, device, progress)
     labels = split_labels(run.data)
     scores = summarise(probs["plain"], labels)
     for variant in probs.keys() - {"plain"}:
@@ -296,7 +302,12 @@ def evaluate(
 
 
 def evaluate_run(
-    run_dir: str | Path, *, samples: int | None = None, device: str = "cpu", seed: int = 0
+    run_dir: str | Path,
+    *,
+    samples: int | None = None,
+    device: str = "cpu",
+    seed: int = 0,
+    progress: bool = False,
 ) -> dict[str, float]:
     """Reload a run folder, re-evaluate it and rewrite its metrics, predictive and report."""
     run = load_run(run_dir, device)
@@ -305,7 +316,7 @@ def evaluate_run(
         if (run.path / "metrics.json").is_file()
         else {}
     )
-    scores = evaluate(run, samples=samples, device=device, seed=seed)
+    scores = evaluate(run, samples=samples, device=device, seed=seed, progress=progress)
     for key in ("train_seconds", "best_epoch", "seed"):
         if key in previous:
             scores.setdefault(key, previous[key])

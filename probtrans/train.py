@@ -124,6 +124,13 @@ def fit(
     for epoch in bar:
         classifier.train()
         total = 0.0
+        steps = tqdm(
+            total=steps_per_epoch,
+            desc=f"epoch {epoch}",
+            unit="step",
+            leave=False,
+            disable=not progress,
+        )
         for step, (index, inputs, mask, labels) in enumerate(
             data.train.batches(
                 spec.train.batch_size,
@@ -143,6 +150,8 @@ def fit(
             optimizer.step()
             schedule.step()
             total += loss.item()
+            steps.update()
+        steps.close()
         classifier.eval()
         record = {
             "epoch": epoch,
