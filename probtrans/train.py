@@ -124,21 +124,20 @@ def fit(
     for epoch in bar:
         classifier.train()
         total = 0.0
-        steps = tqdm(
+        batches = tqdm(
+            data.train.batches(
+                spec.train.batch_size,
+                shuffle=True,
+                generator=generator,
+                by_length=spec.train.group_by_length,
+            ),
             total=steps_per_epoch,
             desc=f"epoch {epoch}",
             unit="step",
             leave=False,
             disable=not progress,
         )
-        for step, (index, inputs, mask, labels) in enumerate(
-            data.train.batches(
-                spec.train.batch_size,
-                shuffle=True,
-                generator=generator,
-                by_length=spec.train.group_by_length,
-            )
-        ):
+        for step, (index, inputs, mask, labels) in enumerate(batches):
             kl.annealing = kl_annealing_at(spec, epoch - 1 + step / steps_per_epoch)
             inputs, labels = inputs.to(device), labels.to(device)
             mask = None if mask is None else mask.to(device)
@@ -150,8 +149,6 @@ def fit(
             optimizer.step()
             schedule.step()
             total += loss.item()
-            steps.update()
-        steps.close()
         classifier.eval()
         record = {
             "epoch": epoch,
