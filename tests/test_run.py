@@ -11,11 +11,12 @@ import torch
 
 from probtrans.checkpoint import load_checkpoint
 from probtrans.cli import main
-from probtrans.config import load_inference_spec
+from probtrans.config import load_inference_spec, load_model_spec
 from probtrans.errors import ProbtransError
 from probtrans.model import build_classifier
 from probtrans.predictive import predict
 from probtrans.run import evaluate_run, fit_run, load_run
+from probtrans.segmentation import load_segmentation_spec
 from probtrans.train import fit, kl_annealing_at
 from tests.conftest import ROOT, inference_file, tiny_inference, tiny_spec
 
@@ -85,6 +86,20 @@ def test_checkpoint_with_pickled_objects_is_refused(tmp_path):
     torch.save({"format": 1, "payload": ProbtransError("not plain data")}, path)
     with pytest.raises(ProbtransError, match="not a readable probtrans checkpoint"):
         load_checkpoint(path)
+
+
+SHIPPED_SPECS = [
+    (load_segmentation_spec if path.parent.name == "digits_segmentation" else load_model_spec, path)
+    for path in sorted(ROOT.glob("models/**/*.toml"))
+] + [(load_inference_spec, path) for path in sorted(ROOT.glob("inference/**/*.toml"))]
+
+
+@pytest.mark.parametrize(
+    "loader, path", SHIPPED_SPECS, ids=[str(path.relative_to(ROOT)) for _, path in SHIPPED_SPECS]
+)
+def test_every_shipped_spec_loads(loader, path):
+    """Spec files that no preset names are checked too: unknown keys and bad values raise."""
+    loader(path)
 
 
 def test_early_stopping_and_kl_annealing(digits):
