@@ -16,6 +16,8 @@ command line, or a preset file (``results/presets/*.toml``)::
                                # [predictive] posthoc: "mc_dropout", "laplace"
     ensemble = false           # true: all seeds' runs as one predictive (deep ensemble)
     seeds = [0]                # optional: this method's seeds instead of the comparison's
+    epochs = 8                 # optional: this method's epochs instead of the comparison's;
+                               # methods that share a run must agree
     temperature = false        # true: temperature scaling fitted on validation
     paper = "20.09 / 16.46"    # the paper's number, printed beside ours
 
@@ -59,6 +61,7 @@ class Method:
     temperature: bool = False
     paper: str = ""
     seeds: list[int] | None = None  # None: the comparison's seeds
+    epochs: int | None = None  # None: the comparison's epochs
 
 
 @dataclass
@@ -72,6 +75,9 @@ class Comparison:
 
     def seeds_of(self, method: Method) -> list[int]:
         return self.seeds if method.seeds is None else method.seeds
+
+    def epochs_of(self, method: Method) -> int | None:
+        return self.epochs if method.epochs is None else method.epochs
 
 
 def load_preset(path: str | Path) -> Comparison:
@@ -104,12 +110,21 @@ def missing_variant(method: Method) -> ConfigError:
 
 
 def check_methods(comparison: Comparison) -> None:
-    """Read every method's specs and check its variant before anything is trained."""
+    """Read every method's specs and check its variant, and that methods sharing a run agree on
+    its epochs, before anything is trained."""
+    sharing: dict[tuple[str, str], Method] = {}  # (model, inference) → first method training it
     for method in comparison.method:
         load_model_spec(method.model)
         inference = load_inference_spec(method.inference)
         if method.variant != "plain" and method.variant not in inference.predictive.posthoc:
             raise missing_variant(method)
+        first = sharing.setdefault((method.model, method.inference), method)
+        if comparison.epochs_of(first) != comparison.epochs_of(method):
+            raise ConfigError(
+                f"{comparison.path}: methods {first.name!r} and {method.name!r} share the runs "
+                f"of {Path(method.model).name} + {Path(method.inference).name} but ask for "
+                f"{comparison.epochs_of(first)} and {comparison.epochs_of(method)} epochs"
+            )
 
 
 def cross_product(
@@ -142,7 +157,7 @@ def ensure_runs(comparison: Comparison, out: Path, progress: bool = True) -> Non
                 method.model,
                 method.inference,
                 folder,
-                epochs=comparison.epochs,
+                epochs=comparison.epochs_of(method),
                 seed=seed,
                 progress=progress,
             )

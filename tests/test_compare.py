@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +101,23 @@ def test_a_method_can_have_its_own_seeds(tmp_path, preset):
     assert len(list((out / "runs").iterdir())) == 2  # seed 1 trained for the ensemble only
     rows = {r["method"]: r for r in csv.DictReader((out / "table.csv").open())}
     assert (rows["MAP"]["seeds"], rows["ensemble"]["seeds"]) == ("1", "2")
+
+
+def test_a_method_can_have_its_own_epochs_if_its_run_agrees(tmp_path, preset, capsys):
+    text = preset.read_text().replace("seeds = [0, 1]", "seeds = [0]")
+    mixed = tmp_path / "mixed.toml"
+    mixed.write_text(text.replace('paper = "90.0"', 'paper = "90.0"\nepochs = 2'))
+    assert main(["compare", "--preset", str(mixed), "--out", str(tmp_path / "m"), "--quiet"]) == 2
+    assert "'MAP' and 'MAP + TS' share the runs" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
+
+    agreed = tmp_path / "agreed.toml"
+    agreed.write_text(text.replace('inference = "', 'epochs = 2\ninference = "'))
+    out = tmp_path / "a"
+    assert main(["compare", "--preset", str(agreed), "--out", str(out), "--quiet"]) == 0
+    (folder,) = (out / "runs").iterdir()
+    history = json.loads((folder / "history.json").read_text())
+    assert [row["epoch"] for row in history] == [1, 2]  # the methods' 2, not the preset's 1
 
 
 def test_compare_names_a_missing_spec(tmp_path, capsys):
