@@ -89,7 +89,7 @@ class DecoupledConditional:
 
     def covariance(self) -> Tensor:
         """K_aa − AᵀA: the covariance over tokens of F given ε, shared by all d, (B, H, T, T).
-        Forms the T × T matrix K_aa, as the full sampler does; the marginal sampler never does."""
+        The only method that forms the T × T matrix K_aa."""
         return self._covariance64().to(self.dtype)
 
     def _covariance64(self) -> Tensor:
