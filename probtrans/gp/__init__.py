@@ -3,7 +3,7 @@ variational layers, and guides for the whitened inducing variables (DESIGN.md §
 
 from probtrans.gp.decoupled import DecoupledConditional, decoupled_conditional
 from probtrans.gp.guides import INDUCING_GUIDES, AutoInducingCholesky, inducing_sites
-from probtrans.gp.kernels import ExponentialKernel, gram, head_kernel, kernel_matmul
+from probtrans.gp.kernels import ExponentialKernel, gram, head_kernel
 from probtrans.gp.linalg import decouple_padding, jittered_cholesky
 from probtrans.gp.standard import StandardPosterior, standard_posterior
 
@@ -19,6 +19,5 @@ __all__ = [
     "head_kernel",
     "inducing_sites",
     "jittered_cholesky",
-    "kernel_matmul",
     "standard_posterior",
 ]

@@ -21,10 +21,7 @@ The amortised part shapes the mean only. The KL divergence splits into the globa
 sequence (:attr:`DecoupledConditional.amortised_kl`).
 
 Cost per layer: O(B T² (d + M_g) + M_g³) time and O(M_g²) memory beyond softmax attention's,
-against O(B T³) for standard SGPA (:mod:`probtrans.gp.standard`). The marginal sampler never forms
-the T × T matrix K_aa: the mean needs only kernel attention K_aa v_a, which the exponential kernel
-computes in the fused softmax-attention kernel (:func:`~probtrans.gp.kernels.kernel_matmul`), and
-the variance only diag K_aa. The full sampler and :meth:`DecoupledConditional.moments` form it.
+against O(B T³) for standard SGPA (:mod:`probtrans.gp.standard`).
 
 Precision. K_aa − AᵀA is a difference of two nearly equal matrices whenever the M_g global points
 explain the amortised keys well, as they do for the exponential kernel at the authors' length
@@ -36,7 +33,7 @@ values v_a inflated until the amortised mean was rounding noise. :func:`decouple
 therefore computes everything of size M_g (K_gg, its Cholesky factor, K_ga, A) and the
 difference in float64, and keeps only the T × T product K_aa v_a in the layer's precision; its
 rounding differs from batch to batch and gives training nothing to exploit. An IMDB training
-step cost about 1.3 times the all-float32 one (all-float64: 2.4 times), both with a dense K_aa.
+step costs about 1.3 times the all-float32 one (all-float64: 2.4 times).
 
 GPyTorch's ``OrthogonallyDecoupledVariationalStrategy`` keeps its mean inducing points fixed and
 shared, so the amortised (input-dependent) mean keys need this small strategy of our own; the
@@ -54,7 +51,7 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
-from probtrans.gp.kernels import gram, kernel_matmul
+from probtrans.gp.kernels import gram
 from probtrans.gp.linalg import decouple_padding, jittered_cholesky
 
 Sampling = Literal["marginal", "full"]
@@ -69,10 +66,8 @@ class DecoupledConditional:
 
     amortised_mean: Tensor  # m_a = (K_aa − AᵀA) v_a, (B, H, d, T), float64
     cross: Tensor  # A = L_K⁻¹ K_ga, (B, H, M, T), float64
-    prior_variance: Tensor  # diag K_aa, (B, H, T), in ``dtype``
+    k_aa: Tensor  # K_aa, (B, H, T, T), in ``dtype``
     amortised_kl: Tensor  # ½ Σ_{h,d} v_aᵀ (K_aa − K_ag K_gg⁻¹ K_ga) v_a, (B,), in ``dtype``
-    kernel: Kernel  # to form K_aa for the full covariance only
-    keys: Tensor  # x_a, (B, H, T, d_k), in ``dtype``
     key_mask: Tensor | None  # (B, T), True for real tokens
     jitter: float
     dtype: torch.dtype  # of the layer's inputs and of every method's result
@@ -84,17 +79,15 @@ class DecoupledConditional:
 
     def variance(self) -> Tensor:
         """diag(K_aa − AᵀA): the per-token variance of F given ε, shared by all d, (B, H, T)."""
-        prior = self.prior_variance.double()
+        prior = self.k_aa.diagonal(dim1=-2, dim2=-1).double()
         return (prior - self.cross.pow(2).sum(-2)).clamp_min(self.jitter).to(self.dtype)
 
     def covariance(self) -> Tensor:
-        """K_aa − AᵀA: the covariance over tokens of F given ε, shared by all d, (B, H, T, T).
-        The only method that forms the T × T matrix K_aa."""
+        """K_aa − AᵀA: the covariance over tokens of F given ε, shared by all d, (B, H, T, T)."""
         return self._covariance64().to(self.dtype)
 
     def _covariance64(self) -> Tensor:
-        k_aa = gram(self.kernel, self.keys, self.keys).double()
-        return k_aa - self.cross.transpose(-1, -2) @ self.cross
+        return self.k_aa.double() - self.cross.transpose(-1, -2) @ self.cross
 
     def distribution(self, eps: Tensor, sampling: Sampling = "marginal") -> dist.Distribution:
         """p(F | ε) as a distribution with batch shape (B,) and event shape (H, d, T).
@@ -137,12 +130,13 @@ def decoupled_conditional(
     kernel: per-head kernel (batch shape (H,)); x_a: amortised keys = queries (B, H, T, d_k);
     x_g: global keys (H, M, d_k); v_a: amortised values (B, H, T, d), zero at padding tokens;
     key_mask: (B, T), True for real tokens. K_gg gets ``jitter`` on its diagonal, ten times more
-    after every failed Cholesky (:func:`~probtrans.gp.linalg.jittered_cholesky`). All but
-    kernel attention K_aa v_a and diag K_aa are computed in float64 (see the module docstring);
-    the results come back in the dtype of ``x_a``.
+    after every failed Cholesky (:func:`~probtrans.gp.linalg.jittered_cholesky`). All but K_aa and
+    K_aa v_a are computed in float64 (see the module docstring); the results come back in the
+    dtype of ``x_a``.
     """
-    dtype, keys = x_a.dtype, x_a
-    k_aa_v = kernel_matmul(kernel, x_a, v_a, key_mask).double()  # (B, H, T, d)
+    dtype = x_a.dtype
+    k_aa = gram(kernel, x_a, x_a)  # (B, H, T, T), in the layer's precision
+    k_aa_v = (k_aa @ v_a).double()
     x_a, x_g, v_a = x_a.double(), x_g.double(), v_a.double()
     k_ga = gram(kernel, x_g, x_a)  # (B, H, M, T)
     chol_gg = jittered_cholesky(gram(kernel, x_g, x_g), jitter)  # L_K, (H, M, M)
@@ -152,10 +146,8 @@ def decoupled_conditional(
     return DecoupledConditional(
         amortised_mean=residual_v.transpose(-1, -2),
         cross=cross,
-        prior_variance=kernel(keys, diag=True),
+        k_aa=k_aa,
         amortised_kl=amortised_kl.to(dtype),
-        kernel=kernel,
-        keys=keys,
         key_mask=key_mask,
         jitter=jitter,
         dtype=dtype,
