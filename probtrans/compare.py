@@ -22,9 +22,11 @@ command line, or a preset file (``results/presets/*.toml``)::
     paper = "20.09 / 16.46"    # the paper's number, printed beside ours
 
 Every (model, inference, seed) is trained once into ``OUT/runs/`` and shared by the methods
-that use it; a run whose ``metrics.json`` and ``probs.npz`` exist is reused, so an interrupted
-comparison resumes where it stopped. Each row is the mean ± standard deviation over seeds of
-:func:`probtrans.summary.summarise`, computed from the runs' ``probs.npz``.
+that use it; a run whose ``metrics.json`` and ``probs.npz`` exist and that was trained for the
+epochs asked is reused, and a run interrupted during training continues from its last finished
+epoch (:func:`probtrans.run.fit_run`), so an interrupted comparison resumes where it stopped.
+Each row is the mean ± standard deviation over seeds of :func:`probtrans.summary.summarise`,
+computed from the runs' ``probs.npz``.
 """
 
 from __future__ import annotations
@@ -145,19 +147,34 @@ def run_dir(out: Path, method: Method, seed: int) -> Path:
     )
 
 
+def finished(folder: Path, epochs: int) -> bool:
+    """Whether ``folder`` holds a complete run (committed results keep metrics only: those are
+    refitted) trained for ``epochs``."""
+    if not ((folder / "metrics.json").is_file() and (folder / "probs.npz").is_file()):
+        return False
+    trained = json.loads((folder / "metrics.json").read_text()).get("epochs")
+    if trained == epochs:
+        return True
+    print(f"{folder.name}: trained for {trained} epochs, {epochs} asked: refitting", flush=True)
+    return False
+
+
 def ensure_runs(comparison: Comparison, out: Path, progress: bool = True) -> None:
     """Train every missing (model, inference, seed) run; finished runs are left alone."""
     for method in comparison.method:
         for seed in comparison.seeds_of(method):
             folder = run_dir(out, method, seed)
-            if (folder / "metrics.json").is_file() and (folder / "probs.npz").is_file():
-                continue  # finished (committed results keep metrics only: those are refitted)
+            epochs = (
+                comparison.epochs_of(method) or load_inference_spec(method.inference).train.epochs
+            )
+            if finished(folder, epochs):
+                continue
             print(f"fit {folder.name}", flush=True)
             fit_run(
                 method.model,
                 method.inference,
                 folder,
-                epochs=comparison.epochs_of(method),
+                epochs=epochs,
                 seed=seed,
                 progress=progress,
             )

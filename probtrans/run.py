@@ -11,14 +11,15 @@ Run folder:
     report.png                   reliability diagram and ID vs OOD uncertainty histograms
 
 ``fit_run`` trains into ``DIR.partial`` and only replaces ``DIR`` once the run is complete, so a
-failed or interrupted fit never destroys an earlier run.
+failed or interrupted fit never destroys an earlier run. ``DIR.partial/resume.pt`` holds the whole
+training state after the last finished epoch: fitting the same specs, seed and epochs into the same
+folder again continues from there (the folder's ``resume.pt`` is removed once the run is complete).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,7 @@ from probtrans.model import Classifier, build_classifier
 from probtrans.objective import self_guided
 from probtrans.predictive import inference_data, posterior_draws, predict
 from probtrans.summary import SPLITS, summarise
-from probtrans.train import TrainState, fit
+from probtrans.train import Resumable, TrainState, fit
 
 HEADLINE = ("accuracy", "nll", "ece", "mce", "brier", "mutual_information", "ood_auroc", "ood_aupr")
 
@@ -84,7 +85,11 @@ def fit_run(
     device: str = "cpu",
     progress: bool = True,
 ) -> dict[str, float]:
-    """Train, evaluate and write a complete run folder; returns the metrics."""
+    """Train, evaluate and write a complete run folder; returns the metrics.
+
+    An earlier fit of the same specs, seed and epochs into ``out_dir`` that was interrupted is
+    continued from its last finished epoch.
+    """
     device = check_device(device)
     model_spec = load_model_spec(model_path)
     inference_spec = load_inference_spec(inference_path)
@@ -94,10 +99,21 @@ def fit_run(
         inference_spec.train.epochs = epochs
     out_dir = Path(out_dir)
     staging = out_dir.with_name(out_dir.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    shutil.copyfile(model_path, staging / "model.toml")
-    shutil.copyfile(inference_path, staging / "inference.toml")
+    identity = {
+        "model_spec": Path(model_path).read_text(),
+        "inference_spec": Path(inference_path).read_text(),
+        "seed": seed,
+        "epochs": inference_spec.train.epochs,
+    }
+    resumable = Resumable(staging / "resume.pt", identity)
+    saved = resumable.load()
+    if saved is None:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        shutil.copyfile(model_path, staging / "model.toml")
+        shutil.copyfile(inference_path, staging / "inference.toml")
+    elif progress:
+        print(f"resuming {staging} after epoch {saved['epoch']}", flush=True)
 
     data = load_data(model_spec.data)
     pyro.set_rng_seed(seed)  # the initial weights too depend on the seed
@@ -116,7 +132,6 @@ def fit_run(
             },
         )
 
-    start = time.perf_counter()
     result = fit(
         classifier,
         data,
@@ -124,14 +139,20 @@ def fit_run(
         seed=seed,
         device=device,
         on_improve=checkpoint,
+        resumable=resumable,
         progress=progress,
     )
-    train_seconds = time.perf_counter() - start
     write_json(staging / "history.json", result.history)
     run = Run(model_spec, inference_spec, data, classifier, result.guide, staging)
     scores = evaluate(run, device=device, seed=seed, progress=progress)
-    scores.update(train_seconds=train_seconds, best_epoch=result.best.epoch, seed=seed)
+    scores.update(
+        train_seconds=result.seconds,
+        best_epoch=result.best.epoch,
+        epochs=inference_spec.train.epochs,
+        seed=seed,
+    )
     write_json(staging / "metrics.json", scores)
+    resumable.path.unlink()
     _replace_dir(staging, out_dir)
     return scores
 

@@ -1,5 +1,8 @@
 """SVI training loop: ELBO, optimiser with a learning-rate schedule, KL weight and annealing,
-validation after every epoch, early stopping, best-state checkpoints.
+validation after every epoch, early stopping, best-state checkpoints, and resumption: with a
+:class:`Resumable`, the whole training state is saved after every epoch and an interrupted fit
+continues from its last finished epoch, drawing the same batches and random numbers it would have
+drawn without the interruption.
 
 Each step minimises ``elbo.differentiable_loss(model, guide, ...)`` with a PyTorch optimiser over
 the classifier's and the guide's parameters: Pyro's recommended loop for PyroModules that keep
@@ -10,15 +13,21 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pyro
+import pyro.util
 import torch
 from pyro.optim.clipped_adam import ClippedAdam
 from tqdm.auto import tqdm
 
 from probtrans import metrics
+from probtrans.checkpoint import load_checkpoint, save_checkpoint
 from probtrans.config import InferenceSpec, OptimSpec
 from probtrans.data import DataBundle
 from probtrans.guides import build_guide
@@ -42,6 +51,40 @@ class TrainResult:
     guide: Callable
     history: list[dict] = field(default_factory=list)
     best: TrainState | None = None
+    seconds: float = 0.0  # training time, summed over resumed sessions
+
+
+@dataclass
+class Resumable:
+    """A file where :func:`fit` saves its whole state after every epoch (weights, optimiser,
+    schedule, batch order and random number generators, history, best state), and the identity
+    (e.g. specs, seed, epochs) that a saved state must match to be continued."""
+
+    path: Path
+    identity: dict[str, Any]
+
+    def load(self) -> dict[str, Any] | None:
+        """The saved state, or None when there is none or it belongs to another fit."""
+        if not self.path.is_file():
+            return None
+        state = load_checkpoint(self.path)
+        return state if state.get("identity") == self.identity else None
+
+    def save(self, state: dict[str, Any]) -> None:
+        save_checkpoint(self.path, {"identity": self.identity, **state})
+
+
+def rng_state() -> dict[str, Any]:
+    """Pyro's torch/random/numpy generator states as plain data (numpy's keys as a tensor), so
+    that the resume file loads with ``weights_only``."""
+    state = pyro.util.get_rng_state()
+    name, keys, *rest = state["numpy"]
+    return {**state, "numpy": (name, torch.from_numpy(keys.astype(np.int64)), *rest)}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    name, keys, *rest = state["numpy"]
+    pyro.util.set_rng_state({**state, "numpy": (name, keys.numpy().astype(np.uint32), *rest)})
 
 
 def make_optimizer(
@@ -95,11 +138,14 @@ def fit(
     seed: int = 0,
     device: str = "cpu",
     on_improve: Callable[[TrainState], None] | None = None,
+    resumable: Resumable | None = None,
     progress: bool = True,
 ) -> TrainResult:
     """Train ``classifier`` on ``data.train`` by SVI; keep the best state on validation.
 
-    ``on_improve`` is called with every new best state (e.g. to write a checkpoint).
+    ``on_improve`` is called with every new best state (e.g. to write a checkpoint). With
+    ``resumable``, the state is saved there after every epoch, and a matching saved state is
+    continued instead of starting over.
     """
     pyro.set_rng_seed(seed)
     classifier.to(device)
@@ -119,9 +165,29 @@ def fit(
 
     result = TrainResult(guide=guide)
     higher_is_better = spec.train.monitor != "nll"
-    bad_epochs = 0
-    bar = tqdm(range(1, spec.train.epochs + 1), desc="SVI", unit="epoch", disable=not progress)
+    bad_epochs, done, stopped = 0, 0, False
+    saved = None if resumable is None else resumable.load()
+    if saved is not None:
+        classifier.load_state_dict(saved["model_state"])
+        guide.load_state_dict(saved["guide_state"])
+        optimizer.load_state_dict(saved["optimizer"])
+        schedule.load_state_dict(saved["schedule"])
+        generator.set_state(saved["generator"])
+        set_rng_state(saved["rng"])
+        result.history, result.seconds = saved["history"], saved["seconds"]
+        result.best = TrainState(**saved["best"])
+        bad_epochs, done, stopped = saved["bad_epochs"], saved["epoch"], saved["stopped"]
+    last = done if stopped else spec.train.epochs
+    bar = tqdm(
+        range(done + 1, last + 1),
+        desc="SVI",
+        unit="epoch",
+        initial=done,
+        total=last,
+        disable=not progress,
+    )
     for epoch in bar:
+        started = time.perf_counter()
         classifier.train()
         total = 0.0
         batches = tqdm(
@@ -176,7 +242,26 @@ def fit(
         bar.set_postfix(
             elbo=f"{record['elbo']:.3f}", **{f"val_{spec.train.monitor}": f"{value:.4f}"}
         )
-        if spec.train.patience and bad_epochs >= spec.train.patience:
+        stopped = bool(spec.train.patience) and bad_epochs >= spec.train.patience
+        result.seconds += time.perf_counter() - started
+        if resumable is not None:
+            resumable.save(
+                {
+                    "epoch": epoch,
+                    "stopped": stopped,
+                    "seconds": result.seconds,
+                    "model_state": classifier.state_dict(),
+                    "guide_state": guide.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "schedule": schedule.state_dict(),
+                    "generator": generator.get_state(),
+                    "rng": rng_state(),
+                    "history": result.history,
+                    "best": vars(result.best),
+                    "bad_epochs": bad_epochs,
+                }
+            )
+        if stopped:
             break
     bar.close()
     classifier.load_state_dict(result.best.model_state)

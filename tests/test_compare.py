@@ -118,6 +118,15 @@ def test_a_method_can_have_its_own_epochs_if_its_run_agrees(tmp_path, preset, ca
     (folder,) = (out / "runs").iterdir()
     history = json.loads((folder / "history.json").read_text())
     assert [row["epoch"] for row in history] == [1, 2]  # the methods' 2, not the preset's 1
+    capsys.readouterr()
+
+    longer = tmp_path / "longer.toml"
+    longer.write_text(text.replace('inference = "', 'epochs = 3\ninference = "'))
+    assert main(["compare", "--preset", str(longer), "--out", str(out), "--quiet"]) == 0
+    assert "trained for 2 epochs, 3 asked: refitting" in capsys.readouterr().out
+    assert len(json.loads((folder / "history.json").read_text())) == 3
+    assert main(["compare", "--preset", str(longer), "--out", str(out), "--quiet"]) == 0
+    assert "fit " not in capsys.readouterr().out  # now finished with 3 epochs: reused
 
 
 def test_compare_names_a_missing_spec(tmp_path, capsys):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+import probtrans.train
 from probtrans.checkpoint import load_checkpoint
 from probtrans.cli import main
 from probtrans.config import load_inference_spec, load_model_spec
@@ -17,7 +18,7 @@ from probtrans.model import build_classifier
 from probtrans.predictive import predict
 from probtrans.run import evaluate_run, fit_run, load_run
 from probtrans.segmentation import load_segmentation_spec
-from probtrans.train import fit, kl_annealing_at
+from probtrans.train import Resumable, fit, kl_annealing_at
 from tests.conftest import ROOT, inference_file, tiny_inference, tiny_spec
 
 with warnings.catch_warnings():
@@ -79,6 +80,53 @@ def test_checkpoint_reload_gives_the_same_guide(tmp_path, tiny_model_file):
         torch.testing.assert_close(value, state["guide_state"][name])
     assert state["model_spec"] == (out / "model.toml").read_text()
     assert state["probtrans_version"]
+
+
+def test_an_interrupted_fit_resumes_where_it_stopped_and_ends_as_an_uninterrupted_one(
+    tmp_path, tiny_model_file, monkeypatch, capsys
+):
+    inference = tiny_inference(tmp_path, "mfvi")
+    straight = tmp_path / "straight"
+    fit_run(tiny_model_file, inference, straight, progress=False)
+
+    validation = probtrans.train.validation_metric
+    calls = []
+
+    def interrupted_in_epoch_2(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return validation(*args)
+
+    resumed = tmp_path / "resumed"
+    monkeypatch.setattr(probtrans.train, "validation_metric", interrupted_in_epoch_2)
+    with pytest.raises(KeyboardInterrupt):
+        fit_run(tiny_model_file, inference, resumed, progress=False)
+    assert not resumed.exists()
+    assert load_checkpoint(tmp_path / "resumed.partial" / "resume.pt")["epoch"] == 1
+
+    monkeypatch.setattr(probtrans.train, "validation_metric", validation)
+    scores = fit_run(tiny_model_file, inference, resumed)
+    assert "resuming" in capsys.readouterr().out
+    assert not (resumed / "resume.pt").exists()
+    assert (resumed / "history.json").read_text() == (straight / "history.json").read_text()
+    expected = load_checkpoint(straight / "checkpoint.pt")
+    got = load_checkpoint(resumed / "checkpoint.pt")
+    for part in ("model_state", "guide_state"):
+        for name, value in expected[part].items():
+            torch.testing.assert_close(got[part][name], value, rtol=0, atol=0)
+    written = json.loads((straight / "metrics.json").read_text())
+    assert scores["nll"] == written["nll"] and scores["epochs"] == written["epochs"] == 2
+    assert scores["train_seconds"] > 0
+
+
+def test_a_saved_state_of_another_fit_is_not_resumed(tmp_path, tiny_model_file, capsys):
+    inference = tiny_inference(tmp_path, "map")
+    staging = tmp_path / "run.partial"
+    Resumable(staging / "resume.pt", {"seed": 1}).save({"epoch": 1})
+    fit_run(tiny_model_file, inference, tmp_path / "run", seed=0, epochs=1)
+    assert "resuming" not in capsys.readouterr().out
+    assert len(json.loads((tmp_path / "run" / "history.json").read_text())) == 1
 
 
 def test_checkpoint_with_pickled_objects_is_refused(tmp_path):
