@@ -106,14 +106,13 @@ def fit_run(
         "epochs": inference_spec.train.epochs,
     }
     resumable = Resumable(staging / "resume.pt", identity)
-    saved = resumable.load()
-    if saved is None:
+    if resumable.saved is None:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         shutil.copyfile(model_path, staging / "model.toml")
         shutil.copyfile(inference_path, staging / "inference.toml")
     elif progress:
-        print(f"resuming {staging} after epoch {saved['epoch']}", flush=True)
+        print(f"resuming {staging} after epoch {resumable.saved['epoch']}", flush=True)
 
     data = load_data(model_spec.data)
     pyro.set_rng_seed(seed)  # the initial weights too depend on the seed

@@ -58,17 +58,21 @@ class TrainResult:
 class Resumable:
     """A file where :func:`fit` saves its whole state after every epoch (weights, optimiser,
     schedule, batch order and random number generators, history, best state), and the identity
-    (e.g. specs, seed, epochs) that a saved state must match to be continued."""
+    (e.g. specs, seed, epochs) that a saved state must match to be continued.
+
+    ``saved`` is the state found in the file when it was opened, or None when there is none or it
+    belongs to another fit.
+    """
 
     path: Path
     identity: dict[str, Any]
+    saved: dict[str, Any] | None = field(init=False, default=None)
 
-    def load(self) -> dict[str, Any] | None:
-        """The saved state, or None when there is none or it belongs to another fit."""
-        if not self.path.is_file():
-            return None
-        state = load_checkpoint(self.path)
-        return state if state.get("identity") == self.identity else None
+    def __post_init__(self) -> None:
+        if self.path.is_file():
+            state = load_checkpoint(self.path)
+            if state.get("identity") == self.identity:
+                self.saved = state
 
     def save(self, state: dict[str, Any]) -> None:
         save_checkpoint(self.path, {"identity": self.identity, **state})
@@ -166,7 +170,7 @@ def fit(
     result = TrainResult(guide=guide)
     higher_is_better = spec.train.monitor != "nll"
     bad_epochs, done, stopped = 0, 0, False
-    saved = None if resumable is None else resumable.load()
+    saved = None if resumable is None else resumable.saved
     if saved is not None:
         classifier.load_state_dict(saved["model_state"])
         guide.load_state_dict(saved["guide_state"])
