@@ -126,8 +126,8 @@ def fit_run(
                 "guide_state": state.guide_state,
                 "epoch": state.epoch,
                 "seed": seed,
-                "model_spec": (staging / "model.toml").read_text(),
-                "inference_spec": (staging / "inference.toml").read_text(),
+                "model_spec": identity["model_spec"],
+                "inference_spec": identity["inference_spec"],
             },
         )
 
