@@ -109,8 +109,8 @@ def fit_run(
     if resumable.saved is None:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        shutil.copyfile(model_path, staging / "model.toml")
-        shutil.copyfile(inference_path, staging / "inference.toml")
+        (staging / "model.toml").write_text(identity["model_spec"])
+        (staging / "inference.toml").write_text(identity["inference_spec"])
     elif progress:
         print(f"resuming {staging} after epoch {resumable.saved['epoch']}", flush=True)
 

@@ -87,6 +87,7 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore generator states saved by :func:`rng_state`."""
     name, keys, *rest = state["numpy"]
     pyro.util.set_rng_state({**state, "numpy": (name, keys.numpy().astype(np.uint32), *rest)})
 
