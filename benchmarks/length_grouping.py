@@ -27,11 +27,12 @@ import pyro
 import torch
 from pyro.infer import Trace_ELBO
 
-from probtrans.config import GuideSpec, load_model_spec
 from probtrans.data import DataSplit, load_data
-from probtrans.guides import build_guide
+from probtrans.inference.guide import build_guide
+from probtrans.inference.objective import self_guided
 from probtrans.model import build_classifier
-from probtrans.objective import self_guided
+from probtrans.resolve import load_model_spec
+from probtrans.specs import GuideSpec
 
 SPEC = Path(__file__).resolve().parents[1] / "models" / "imdb" / "h_sto.toml"
 BATCH = 128
@@ -48,10 +49,7 @@ def mean_step_seconds(split: DataSplit, classifier, steps: int, by_length: bool)
     pyro.clear_param_store()
     pyro.set_rng_seed(0)
     model = self_guided(classifier)
-    guide = build_guide(model, classifier, GuideSpec(name="delta"))
-    first = next(split.batches(2))
-    with torch.no_grad():
-        guide(*first[1:])
+    guide = build_guide(classifier, GuideSpec(name="delta"), split)
     params = list(classifier.parameters()) + list(guide.parameters())
     optimizer = torch.optim.Adam(params, lr=1e-3)
     elbo = Trace_ELBO()

@@ -81,9 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     for length in args.lengths:
         x = torch.randn(args.batch, length, args.d_model)
         for kind in KINDS:
-            layer = build_attention(
-                layer_options(kind, args.inducing), args.d_model, args.heads, "attn"
-            )
+            layer = build_attention(layer_options(kind, args.inducing), args.d_model, args.heads)
             seconds[kind].append(time_pass(layer, x, args.repeats))
         print(f"{length:>6}" + "".join(f"{seconds[k][-1] * 1e3:>16.2f}" for k in KINDS))
 

@@ -50,14 +50,15 @@ from pyro.infer import Predictive, Trace_ELBO
 from torch import nn
 
 from probtrans.attention import build_attention, default_options
-from probtrans.attention.base import fused_attention
-from probtrans.config import GuideSpec, load_model_spec
+from probtrans.contract import fused_attention
 from probtrans.data import DataBundle, DataSplit, load_data
 from probtrans.encoder import TokenEmbedding
-from probtrans.guides import build_guide
+from probtrans.inference.guide import build_guide
+from probtrans.inference.objective import self_guided
+from probtrans.inference.predictive import predict
 from probtrans.model import build_classifier, build_encoder
-from probtrans.objective import self_guided
-from probtrans.predictive import predict
+from probtrans.resolve import load_model_spec
+from probtrans.specs import GuideSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "models" / "imdb" / "h_sto.toml"
@@ -94,11 +95,11 @@ def attention_layer(kind: str, fused: bool) -> Callable[[], None]:
     options = {
         "softmax": default_options("softmax"),
         "sto": default_options("sto", tau=40.0),  # H-STO paper's STO-TRANS setting
-        "h_sto": spec.model.attention,
+        "h_sto": spec.network.attention,
         "sgpa": default_options("sgpa", n_inducing=16, kernel="ard"),
     }[kind]
-    layer = build_attention(options, spec.model.d_model, spec.model.n_heads, "attn")
-    x = torch.randn(BATCH, LENGTH, spec.model.d_model, requires_grad=True)
+    layer = build_attention(options, spec.network.d_model, spec.network.n_heads)
+    x = torch.randn(BATCH, LENGTH, spec.network.d_model, requires_grad=True)
 
     def step() -> None:
         layer.zero_grad(set_to_none=True)
@@ -156,14 +157,14 @@ def data_bundle(n: int) -> DataBundle:
 
 
 def svi_step() -> Callable[[], None]:
-    """The step of ``probtrans.train.fit``: self-guided model, delta guide, Trace_ELBO, Adam."""
-    classifier = build_classifier(load_model_spec(SPEC), data_bundle(BATCH))
+    """The step of ``probtrans.inference.train.fit``: self-guided model, delta guide,
+    Trace_ELBO, Adam."""
+    data = data_bundle(BATCH)
+    classifier = build_classifier(load_model_spec(SPEC), data)
     model = self_guided(classifier)
-    guide = build_guide(model, classifier, GuideSpec(name="delta"))
+    guide = build_guide(classifier, GuideSpec(name="delta"), data.train)
     inputs, labels = tokens(BATCH), torch.randint(2, (BATCH,))
     index = torch.arange(BATCH)
-    with torch.no_grad():
-        guide(inputs, None, labels)
     optimizer = torch.optim.Adam(list(classifier.parameters()) + list(guide.parameters()), 1e-3)
     elbo = Trace_ELBO()
 
@@ -183,9 +184,7 @@ def predictive(mode: str, n: int) -> Callable[[], None]:
     data = data_bundle(n)
     classifier = build_classifier(load_model_spec(SPEC), data)
     model = self_guided(classifier)
-    guide = build_guide(model, classifier, GuideSpec(name="delta"))
-    with torch.no_grad():
-        guide(data.test.inputs[:2], None, data.test.labels[:2])
+    guide = build_guide(classifier, GuideSpec(name="delta"), data.test)
     rows = 2 * BATCH  # rows per pass ([predictive] batch_size of the inference specs)
 
     def vectorised() -> None:
@@ -216,9 +215,7 @@ def digits_predictive(mode: str) -> Callable[[], None]:
     spec = load_model_spec(ROOT / "models" / "digits" / "h_sto.toml")
     data = load_data(spec.data)
     classifier = build_classifier(spec, data)
-    guide = build_guide(self_guided(classifier), classifier, GuideSpec(name="delta"))
-    with torch.no_grad():
-        guide(data.test.inputs[:2], None, data.test.labels[:2])
+    guide = build_guide(classifier, GuideSpec(name="delta"), data.test)
     if mode == "vectorised":
         return lambda: predict(classifier, guide, data.test, SAMPLES, 256)
     return lambda: [predict(classifier, guide, data.test, 1, 256) for _ in range(SAMPLES)]

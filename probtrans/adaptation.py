@@ -192,7 +192,10 @@ def _unit_sum(per_unit: Tensor, mix: Mixture) -> Tensor:
 
 
 def key_objective(
-    q: Tensor, mix: Mixture, trained_keys: Tensor, theta_xi: float,
+    q: Tensor,
+    mix: Mixture,
+    trained_keys: Tensor,
+    theta_xi: float,
     query_mask: Tensor | None = None,
 ) -> Tensor:
     """log p(ξ) + Σ_i log p_i(q_i | ξ), what :func:`em_keys` maximises (Eq. 24, 26): (B, H)."""
@@ -201,7 +204,10 @@ def key_objective(
 
 
 def precision_objective(
-    q: Tensor, mix: Mixture, theta_alpha1: float, theta_alpha2: float | Tensor,
+    q: Tensor,
+    mix: Mixture,
+    theta_alpha1: float,
+    theta_alpha2: float | Tensor,
     query_mask: Tensor | None = None,
 ) -> Tensor:
     """log Gamma(α; θ_α1, θ_α2) + Σ_i log p_i(q_i | α), maximised by :func:`em_precision`."""
@@ -241,9 +247,11 @@ def corrections_objective(
         beta = mix.beta.expand(batch, heads, n)
         total = total + _unit_sum((theta_beta[0] - 1) * beta.log() - theta_beta[1] * beta, mix)
     if theta_pi is not None:  # Dirichlet(1 + θ_π π⁰) on the corrected rows
-        prior0_c = prior.log_prior.expand(batch, heads, n, n).gather(
-            2, rows.expand(batch, heads, -1, n)
-        ).exp()
+        prior0_c = (
+            prior.log_prior.expand(batch, heads, n, n)
+            .gather(2, rows.expand(batch, heads, -1, n))
+            .exp()
+        )
         total = total + torch.xlogy(theta_pi * prior0_c, prior_c.exp()).sum((-1, -2))
     return total
 
@@ -286,6 +294,7 @@ def adapt_keys(
     """``model(*inputs, **kwargs)`` with the keys of every mixture layer adapted to the batch's
     queries (:func:`em_keys`, Eq. 29). Large θ_ξ trusts the trained keys; small θ_ξ follows the
     batch."""
+
     def update(q: Tensor, mix: Mixture) -> Mixture:
         return em_keys(q, mix, n_iter, theta_xi, anchor, query_mask=mix.mask)
 
@@ -303,6 +312,7 @@ def adapt_precision(
 ) -> Any:
     """``model(*inputs, **kwargs)`` with per-unit query precisions of every mixture layer
     adapted to the batch (:func:`em_precision`, Eq. 30)."""
+
     def update(q: Tensor, mix: Mixture) -> Mixture:
         return em_precision(q, mix, n_iter, theta_alpha1, theta_alpha2, query_mask=mix.mask)
 

@@ -1,4 +1,4 @@
-"""The ``probtrans`` command: fit, evaluate, describe, corrections.
+"""The ``probtrans`` command: fit, evaluate, describe, compare, corrections, schema.
 
 User errors (missing file, unknown key, bad value) print one ``error:`` line naming the file or
 field and exit with status 2; nothing already written is touched.
@@ -7,13 +7,16 @@ field and exit with status 2; nothing already written is touched.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
-from probtrans.errors import ProbtransError
+from probtrans.errors import ConfigError, ProbtransError
 
 DEFAULT_MODEL = "models/digits/h_sto.toml"
 DEFAULT_INFERENCE = "inference/map.toml"
+DEFAULT_SEGMENTATION = "models/digits_segmentation/gaussian_mixture.toml"
+SCHEMAS = ("model", "inference", "comparison", "segmentation")
 
 
 def spec_path(path: str) -> Path:
@@ -64,8 +67,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    from probtrans.config import load_model_spec
     from probtrans.describe import format_sites, site_table
+    from probtrans.resolve import load_model_spec
 
     spec = load_model_spec(spec_path(args.model))
     print(f"Pyro sample sites of {args.model} (traced on a batch of 2 training examples):")
@@ -75,6 +78,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from probtrans.compare import compare, cross_product, load_preset
+    from probtrans.specs import updated
 
     if args.preset:
         if args.models:
@@ -86,19 +90,53 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         raise ProbtransError("compare: give model specs (with --inference) or --preset FILE")
     if args.seeds:  # every method, whatever its preset says
-        comparison.seeds = args.seeds
-        for method in comparison.method:
-            method.seeds = None
+        comparison = updated(comparison, {"seeds": args.seeds}, f"--seeds = {args.seeds}")
+        comparison.method = [m.model_copy(update={"seeds": None}) for m in comparison.method]
     if args.epochs is not None:
-        comparison.epochs = args.epochs
+        comparison = updated(comparison, {"epochs": args.epochs}, f"--epochs = {args.epochs}")
     print(compare(comparison, args.out, progress=not args.quiet))
     return 0
 
 
 def cmd_corrections(args: argparse.Namespace) -> int:
-    from probtrans.corrections import main as corrections_main
+    from probtrans.segmentation.corrections import format_table, run
+    from probtrans.segmentation.spec import load_segmentation_spec
+    from probtrans.specs import updated
 
-    return corrections_main(args.args)
+    spec = load_segmentation_spec(spec_path(args.spec))
+    if args.ks is not None:
+        try:
+            ks = [int(part) for part in args.ks.split(",")]
+        except ValueError:
+            raise ConfigError(f"--ks = {args.ks!r}: must be integers separated by commas") from None
+        spec = updated(spec, {"corrections.ks": ks}, f"--ks = {ks}")
+    if args.n_test is not None:
+        spec = updated(spec, {"corrections.n_test": args.n_test}, f"--n-test = {args.n_test}")
+    if args.seed is not None:
+        spec = updated(spec, {"seed": args.seed}, f"--seed = {args.seed}")
+    result = run(spec, Path(args.out))
+    print(format_table(result))
+    out = Path(args.out)
+    print(
+        f"wall time {result['wall_seconds']:.1f} s (training or reloading "
+        f"{result['train_or_load_seconds']:.1f} s); wrote {out / 'corrections.json'} and "
+        f"{out / 'corrections.png'}"
+    )
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from probtrans.resolve import json_schema
+    from probtrans.segmentation.spec import SegmentationSpec
+    from probtrans.specs import Comparison, InferenceSpec, ModelSpec
+
+    classes = dict(
+        zip(SCHEMAS, (ModelSpec, InferenceSpec, Comparison, SegmentationSpec), strict=True)
+    )
+    schema = json_schema(classes[args.kind])
+    schema["title"] = f"probtrans {args.kind} spec"
+    print(json.dumps(schema, indent=2, ensure_ascii=False))
+    return 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -143,21 +181,25 @@ def parser() -> argparse.ArgumentParser:
 
     corrections = sub.add_parser(
         "corrections",
-        add_help=False,
         help="Probabilistic Transformers: accuracy as annotator corrections propagate",
     )
-    corrections.add_argument("args", nargs=argparse.REMAINDER)
+    corrections.add_argument(
+        "spec", nargs="?", default=DEFAULT_SEGMENTATION, help="segmentation spec (TOML)"
+    )
+    corrections.add_argument("--out", default="runs/corrections", help="output folder")
+    corrections.add_argument("--ks", help="numbers of corrected pixels, e.g. 0,1,2,5,10,20")
+    corrections.add_argument("--n-test", type=int, help="test images evaluated")
+    corrections.add_argument("--seed", type=int, help="seed of training, test noise, annotator")
     corrections.set_defaults(run=cmd_corrections)
+
+    schema = sub.add_parser("schema", help="JSON Schema of a spec kind, for editors")
+    schema.add_argument("kind", choices=SCHEMAS)
+    schema.set_defaults(run=cmd_schema)
     return top
 
 
 def main(argv: list[str] | None = None) -> int:
-    top = parser()
-    args, extra = top.parse_known_args(argv)
-    if args.command == "corrections":  # its own options go to probtrans.corrections
-        args.args = extra + args.args
-    elif extra:
-        top.error(f"unrecognized arguments: {' '.join(extra)}")
+    args = parser().parse_args(argv)
     try:
         return args.run(args)
     except ProbtransError as err:

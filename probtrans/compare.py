@@ -33,65 +33,29 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 from matplotlib.figure import Figure
 
 from probtrans import calibration, report
-from probtrans.checkpoint import atomic_write
-from probtrans.config import build_dataclass, load_inference_spec, load_model_spec, read_toml
 from probtrans.errors import ConfigError
+from probtrans.io import read_json, save_png, write_text
 from probtrans.metrics import predictive_entropy, predictive_mean
-from probtrans.run import fit_run, read_probs
+from probtrans.resolve import load_inference_spec, load_model_spec
+from probtrans.run import RunInfo, fit_run, read_probs
+from probtrans.specs import Comparison, Method, read_spec
 from probtrans.summary import summarise
 
 COLUMNS = ("nll", "ece", "mce", "brier", "ood_auroc", "ood_aupr")
 
 
-@dataclass
-class Method:
-    name: str
-    model: str
-    inference: str
-    variant: Literal["plain", "mc_dropout", "laplace"] = "plain"
-    ensemble: bool = False
-    temperature: bool = False
-    paper: str = ""
-    seeds: list[int] | None = None  # None: the comparison's seeds
-    epochs: int | None = None  # None: the comparison's epochs
-
-
-@dataclass
-class Comparison:
-    title: str = "comparison"
-    seeds: list[int] = field(default_factory=lambda: [0])
-    id_metric: Literal["accuracy", "mcc"] = "accuracy"
-    epochs: int | None = None
-    method: list[Method] = field(default_factory=list)
-    path: str = "<command line>"
-
-    def seeds_of(self, method: Method) -> list[int]:
-        return self.seeds if method.seeds is None else method.seeds
-
-    def epochs_of(self, method: Method) -> int | None:
-        return self.epochs if method.epochs is None else method.epochs
-
-
 def load_preset(path: str | Path) -> Comparison:
-    table = read_toml(path)
-    methods = table.pop("method", [])
-    comparison = build_dataclass(Comparison, table, str(path))
-    if not methods:
-        raise ConfigError(f"{path}: no [[method]] tables")
-    comparison.method = [
-        build_dataclass(Method, m, str(path), f"method[{i}]") for i, m in enumerate(methods)
-    ]
-    root = Path(path).resolve().parents[2]  # presets live in results/presets/
+    """A comparison file; its methods' spec paths are resolved from the working folder, or else
+    from the project folder (presets live in ``results/presets/``)."""
+    comparison = read_spec(Comparison, path)
+    root = Path(path).resolve().parents[2]
     for method in comparison.method:
         for name in ("model", "inference"):
             spec = Path(getattr(method, name))
@@ -100,7 +64,6 @@ def load_preset(path: str | Path) -> Comparison:
             if not spec.is_file():
                 raise ConfigError(f"{path}: method {method.name!r}: {name} {spec}: no such file")
             setattr(method, name, str(spec))
-    comparison.path = str(path)
     return comparison
 
 
@@ -123,7 +86,7 @@ def check_methods(comparison: Comparison) -> None:
         first = sharing.setdefault((method.model, method.inference), method)
         if comparison.epochs_of(first) != comparison.epochs_of(method):
             raise ConfigError(
-                f"{comparison.path}: methods {first.name!r} and {method.name!r} share the runs "
+                f"{comparison.file}: methods {first.name!r} and {method.name!r} share the runs "
                 f"of {Path(method.model).name} + {Path(method.inference).name} but ask for "
                 f"{comparison.epochs_of(first)} and {comparison.epochs_of(method)} epochs"
             )
@@ -133,11 +96,11 @@ def cross_product(
     models: list[str], inferences: list[str], seeds: list[int], title: str = "comparison"
 ) -> Comparison:
     methods = [
-        Method(f"{Path(m).parent.name}/{Path(m).stem} + {Path(i).stem}", m, i)
+        Method(name=f"{Path(m).parent.name}/{Path(m).stem} + {Path(i).stem}", model=m, inference=i)
         for m in models
         for i in inferences
     ]
-    return Comparison(title=title, seeds=seeds, method=methods)
+    return Comparison(title=title, seeds=seeds, method=methods).located("<command line>")
 
 
 def run_dir(out: Path, method: Method, seed: int) -> Path:
@@ -152,7 +115,7 @@ def finished(folder: Path, epochs: int) -> bool:
     refitted) trained for ``epochs``."""
     if not ((folder / "metrics.json").is_file() and (folder / "probs.npz").is_file()):
         return False
-    trained = json.loads((folder / "metrics.json").read_text()).get("epochs")
+    trained = RunInfo.read(read_json(folder / "metrics.json")).get("epochs")
     if trained == epochs:
         return True
     print(f"{folder.name}: trained for {trained} epochs, {epochs} asked: refitting", flush=True)
@@ -190,17 +153,20 @@ def method_probs(
         probs, labels = read_probs(folder / "probs.npz")
         if method.variant not in probs:
             raise missing_variant(method)
-        seconds = json.loads((folder / "metrics.json").read_text()).get("train_seconds", 0.0)
+        seconds = RunInfo.read(read_json(folder / "metrics.json")).get("train_seconds", 0.0)
         rows.append((probs[method.variant], labels, seconds))
     if method.ensemble:
         combined = {s: np.concatenate([r[0][s] for r in rows]) for s in rows[0][0]}
         rows = [(combined, rows[0][1], sum(r[2] for r in rows))]
     if method.temperature:
-        rows = [(tempered(p, labels), labels, seconds) for p, labels, seconds in rows]
+        rows = [(temperature_scaled_splits(p, lab), lab, seconds) for p, lab, seconds in rows]
     return rows
 
 
-def tempered(probs: dict[str, np.ndarray], labels: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def temperature_scaled_splits(
+    probs: dict[str, np.ndarray], labels: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Every split's predictive tempered by the temperature fitted on the validation split."""
     temperature = calibration.fit_temperature(probs["val"], labels["val"])
     return {s: calibration.temperature_scaled(p, temperature) for s, p in probs.items()}
 
@@ -278,9 +244,8 @@ def compare(comparison: Comparison, out: str | Path, progress: bool = True) -> s
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / "table.md", lambda tmp: tmp.write_text(text))
-    atomic_write(out / "table.csv", lambda tmp: tmp.write_text(buffer.getvalue()))
-    report.save_figure(figure(comparison, out), out / "figure.png")
+    write_text(out / "table.md", text)
+    write_text(out / "table.csv", buffer.getvalue())
+    save_png(figure(comparison, out), out / "figure.png")
     print(f"compare: {time.perf_counter() - start:.0f} s (training included)")
     return text

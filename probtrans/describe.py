@@ -7,10 +7,10 @@ import torch
 from pyro import poutine
 from pyro.distributions import Independent
 
-from probtrans.attention.base import KL_TERM
-from probtrans.config import ModelSpec
+from probtrans.contract import is_kl_term
 from probtrans.data import load_data
 from probtrans.model import build_classifier
+from probtrans.specs import ModelSpec
 
 
 def site_table(spec: ModelSpec, batch_size: int = 2) -> list[dict[str, str]]:
@@ -32,7 +32,7 @@ def site_table(spec: ModelSpec, batch_size: int = 2) -> list[dict[str, str]]:
             base = base.base_dist
         if type(base).__name__ == "_Subsample":
             continue
-        if site["infer"].get(KL_TERM):
+        if is_kl_term(site):
             role = "KL term (factor)"
         elif site["is_observed"]:
             role = "observed"

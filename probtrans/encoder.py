@@ -40,16 +40,16 @@ class PatchEmbedding(nn.Module):
 class TokenEmbedding(nn.Module):
     """Token ids (B, L) → token + learned position embeddings (B, L, D); id 0 is padding."""
 
-    def __init__(self, vocab_size: int, max_len: int, d_model: int) -> None:
+    def __init__(self, vocab_size: int, max_positions: int, d_model: int) -> None:
         super().__init__()
         self.token = nn.Embedding(vocab_size, d_model, padding_idx=0)
-        self.position = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
+        self.position = nn.Parameter(torch.randn(max_positions, d_model) * 0.02)
 
     def forward(self, ids: Tensor) -> Tensor:
         if ids.shape[1] > self.position.shape[0]:
             raise ProbtransError(
                 f"token ids of shape {tuple(ids.shape)}: sequence length exceeds "
-                f"model.max_len = {self.position.shape[0]}"
+                f"model.max_positions = {self.position.shape[0]}"
             )
         return self.token(ids) + self.position[: ids.shape[1]]
 
@@ -108,9 +108,9 @@ class Encoder(nn.Module):
                 d_ff,
                 dropout,
                 norm,
-                build_attention(attention, d_model, n_heads, site_prefix=f"layers.{i}.attn"),
+                build_attention(attention, d_model, n_heads),
             )
-            for i in range(n_layers)
+            for _ in range(n_layers)
         )
         self.ln_f = nn.LayerNorm(d_model) if norm == "pre" else nn.Identity()
 

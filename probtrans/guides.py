@@ -1,7 +1,9 @@
-"""Guides by name: the variational family over the model's global latent sites (the weights).
+"""Weight guides by name: the variational family over a model's weights that carry priors.
 
-Attention sites are never seen here: guides are built on :func:`probtrans.objective.self_guided`
-models. Every guide starts at the network's initial weights (``Classifier.initial_weights``).
+Guides are built on :func:`probtrans.inference.objective.self_guided` models, so they only see
+global sites; :func:`probtrans.inference.guide.build_guide` combines the weight guide named here
+with the inducing-variable guide of SGPA layers. Every guide starts at the network's initial
+weights (``initial``, site name → value).
 
 =========== ==================================================================================
 ``delta``   point mass: MAP with weight priors, maximum likelihood without (``AutoDelta``)
@@ -10,10 +12,6 @@ models. Every guide starts at the network's initial weights (``Classifier.initia
             ``sites = "auto"`` nets with more than ``max_lowrank_dims`` latent dimensions get it
             on the last layer only and a point mass elsewhere
 =========== ==================================================================================
-
-Models with SGPA layers also have whitened inducing-variable sites ``*.u_g``; their guide is
-chosen separately by ``guide.inducing`` (:data:`probtrans.gp.guides.INDUCING_GUIDES`) and
-combined with the weight guide in an ``AutoGuideList``.
 """
 
 from __future__ import annotations
@@ -30,65 +28,55 @@ from pyro.infer.autoguide import (
     init_to_sample,
     init_to_value,
 )
+from torch import Tensor
 
-from probtrans.config import GuideSpec
-from probtrans.gp.guides import INDUCING_GUIDES, inducing_sites
-from probtrans.model import Classifier
+from probtrans.registry import Registry
+from probtrans.specs import GuideSpec
 
+#: the classification head's sites, where ``lowrank`` goes on large nets
 LAST_LAYER = ("head.weight", "head.bias")
 
+WeightGuide = Callable[[Callable, dict[str, Tensor], GuideSpec], AutoGuide]
 
-def _init(classifier: Classifier) -> Callable:
-    return init_to_value(values=classifier.initial_weights, fallback=init_to_sample)
-
-
-def delta_guide(model: Callable, classifier: Classifier, spec: GuideSpec) -> AutoGuide:
-    return AutoDelta(model, init_loc_fn=_init(classifier))
+#: ``guide.name`` → builder(self-guided model, initial weights, guide spec)
+GUIDES: Registry[WeightGuide] = Registry("guide")
 
 
-def normal_guide(model: Callable, classifier: Classifier, spec: GuideSpec) -> AutoGuide:
-    return AutoNormal(model, init_loc_fn=_init(classifier), init_scale=spec.init_scale)
+def _init(initial: dict[str, Tensor]) -> Callable:
+    return init_to_value(values=initial, fallback=init_to_sample)
 
 
-def lowrank_guide(model: Callable, classifier: Classifier, spec: GuideSpec) -> AutoGuide:
-    n_dims = sum(w.numel() for w in classifier.initial_weights.values())
+def delta_guide(model: Callable, initial: dict[str, Tensor], spec: GuideSpec) -> AutoGuide:
+    return AutoDelta(model, init_loc_fn=_init(initial))
+
+
+def normal_guide(model: Callable, initial: dict[str, Tensor], spec: GuideSpec) -> AutoGuide:
+    return AutoNormal(model, init_loc_fn=_init(initial), init_scale=spec.init_scale)
+
+
+def lowrank_guide(model: Callable, initial: dict[str, Tensor], spec: GuideSpec) -> AutoGuide:
+    n_dims = sum(w.numel() for w in initial.values())
     last_layer_only = spec.sites == "last_layer" or (
         spec.sites == "auto" and n_dims > spec.max_lowrank_dims
     )
-    sites = [s for s in LAST_LAYER if s in classifier.initial_weights]
-    if not last_layer_only or len(sites) == len(classifier.initial_weights):
+    sites = [s for s in LAST_LAYER if s in initial]
+    if not last_layer_only or len(sites) == len(initial):
         return AutoLowRankMultivariateNormal(
-            model, init_loc_fn=_init(classifier), init_scale=spec.init_scale, rank=spec.rank
+            model, init_loc_fn=_init(initial), init_scale=spec.init_scale, rank=spec.rank
         )
     guide = AutoGuideList(model)
     guide.append(
         AutoLowRankMultivariateNormal(
             poutine.block(model, expose=sites),
-            init_loc_fn=_init(classifier),
+            init_loc_fn=_init(initial),
             init_scale=spec.init_scale,
             rank=spec.rank,
         )
     )
-    guide.append(AutoDelta(poutine.block(model, hide=sites), init_loc_fn=_init(classifier)))
+    guide.append(AutoDelta(poutine.block(model, hide=sites), init_loc_fn=_init(initial)))
     return guide
 
 
-#: name → builder(model, classifier, spec)
-GUIDES: dict[str, Callable[[Callable, Classifier, GuideSpec], AutoGuide]] = {
-    "delta": delta_guide,
-    "normal": normal_guide,
-    "lowrank": lowrank_guide,
-}
-
-
-def build_guide(model: Callable, classifier: Classifier, spec: GuideSpec) -> AutoGuide:
-    """The guide named ``spec.name`` for ``model`` (a self-guided view of ``classifier``), with
-    ``INDUCING_GUIDES[spec.inducing]`` on the SGPA inducing sites if there are any."""
-    sites = inducing_sites(classifier)
-    if not sites:
-        return GUIDES[spec.name](model, classifier, spec)
-    guide = AutoGuideList(model)
-    guide.append(INDUCING_GUIDES[spec.inducing](poutine.block(model, expose=sites), spec))
-    if classifier.initial_weights:
-        guide.append(GUIDES[spec.name](poutine.block(model, hide=sites), classifier, spec))
-    return guide
+GUIDES.register("delta", delta_guide)
+GUIDES.register("normal", normal_guide)
+GUIDES.register("lowrank", lowrank_guide)

@@ -18,10 +18,10 @@ from pyro.nn import PyroModule, PyroSample
 from pyro.nn.module import to_pyro_module_
 from torch import Tensor, nn
 
-from probtrans.config import ModelSpec, NetSpec, PriorSpec
 from probtrans.data import DataBundle
 from probtrans.encoder import Encoder, PatchEmbedding, TokenEmbedding
 from probtrans.sngp import RandomFeatures, spectral_normalise
+from probtrans.specs import ModelSpec, NetworkSpec, PriorSpec
 
 
 class Classifier(PyroModule):
@@ -29,7 +29,7 @@ class Classifier(PyroModule):
     ``feature_map`` the identity or SNGP's random Fourier features (:mod:`probtrans.sngp`).
 
     Call as ``model(inputs, mask, labels, index=..., n_data=...)``; ``labels=None`` samples them.
-    Sites: weight priors (if any), attention sites ``layers.{i}.attn.a_*``, the deterministic
+    Sites: weight priors (if any), attention sites ``encoder.layers.{i}.attn.*``, the deterministic
     ``features`` (B, D) (the linear head's input) and ``probs`` (B, C), and the likelihood ``obs``.
     """
 
@@ -96,7 +96,7 @@ class Classifier(PyroModule):
         return logits
 
 
-def build_encoder(net: NetSpec, embedding: nn.Module) -> Encoder:
+def build_encoder(net: NetworkSpec, embedding: nn.Module) -> Encoder:
     """The encoder a ``[model]`` table describes, on top of ``embedding``."""
     return Encoder(
         embedding,
@@ -113,11 +113,11 @@ def build_encoder(net: NetSpec, embedding: nn.Module) -> Encoder:
 
 def build_classifier(spec: ModelSpec, data: DataBundle) -> Classifier:
     """The classifier a model spec describes, sized for ``data``."""
-    net = spec.model
+    net = spec.network
     if data.kind == "image":
         embedding = PatchEmbedding(data.image_shape, spec.data.patch_size, net.d_model)
     else:
-        embedding = TokenEmbedding(data.vocab_size, net.max_len, net.d_model)
+        embedding = TokenEmbedding(data.vocab_size, net.max_positions, net.d_model)
     encoder = build_encoder(net, embedding)
     if net.spectral_norm:
         spectral_normalise(encoder.layers, net.spectral_norm)

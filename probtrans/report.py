@@ -7,7 +7,6 @@ so no GUI backend is needed and a notebook's backend is left alone; PNGs are ren
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from probtrans.io import save_png
 from probtrans.metrics import calibration_bins, ece, ood_scores, predictive_entropy, predictive_mean
 
 
@@ -87,7 +87,7 @@ def save_run_figure(
     predictive-entropy histograms. ``probs_in`` (S, N_in, C) and ``probs_out`` (S', N_out, C) are
     posterior-predictive samples.
 
-    The file is written atomically (:func:`save_figure`). Returns ``path`` as a
+    The file is written atomically (:func:`probtrans.io.save_png`). Returns ``path`` as a
     :class:`~pathlib.Path`.
     """
     fig = Figure(figsize=(11.0, 4.5), layout="constrained")
@@ -96,23 +96,7 @@ def save_run_figure(
     uncertainty_histograms(entropy_ax, predictive_entropy(probs_in), predictive_entropy(probs_out))
     if title:
         fig.suptitle(title)
-    return save_figure(fig, path)
-
-
-def save_figure(fig: Figure, path: str | os.PathLike[str]) -> Path:
-    """Render ``fig`` to the PNG ``path`` atomically: into a temporary file in the same
-    directory, then moved over ``path`` with :func:`os.replace`. Creates missing parents."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as tmp_file:
-            fig.savefig(tmp_file, format="png", dpi=120)
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    return path
+    return save_png(fig, path)
 
 
 def format_table(metrics: dict[str, float], keys: Iterable[str] | None = None) -> str:

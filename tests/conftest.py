@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from probtrans.attention import default_options
-from probtrans.config import ModelSpec
 from probtrans.data import DataSplit, load_data
+from probtrans.specs import ModelSpec
 
 warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
 
@@ -64,10 +64,10 @@ def ragged_split(n: int, longest: int, seed: int = 0) -> DataSplit:
 
 def tiny_spec(kind: str = "h_sto", prior: str = "none", **attention) -> ModelSpec:
     spec = ModelSpec()
-    spec.model.d_model, spec.model.n_heads, spec.model.n_layers = 16, 2, 1
-    spec.model.d_ff, spec.model.dropout = 32, 0.0
-    spec.model.attention = default_options(kind, **attention)
-    spec.model.prior.weights = prior
+    spec.network.d_model, spec.network.n_heads, spec.network.n_layers = 16, 2, 1
+    spec.network.d_ff, spec.network.dropout = 32, 0.0
+    spec.network.attention = default_options(kind, **attention)
+    spec.network.prior.weights = prior
     return spec
 
 

@@ -28,7 +28,7 @@ from probtrans.attention.gaussian_mixture import (
     responsibilities,
     square_distance,
 )
-from probtrans.segmentation import SegmentationModel, default_segmentation_spec
+from probtrans.segmentation import SegmentationModel, SegmentationSpec
 
 TOL = 1e-9
 
@@ -294,10 +294,10 @@ def test_corrections_reach_other_units_only_through_the_mixture():
 
 # ------------------------------------------------------------------ one call on a model
 def tiny_segmentation_model() -> SegmentationModel:
-    spec = default_segmentation_spec()
-    spec.model.d_model, spec.model.n_heads, spec.model.n_layers = 16, 2, 1
+    spec = SegmentationSpec()
+    spec.network.d_model, spec.network.n_heads, spec.network.n_layers = 16, 2, 1
     torch.manual_seed(0)
-    return SegmentationModel(spec.model)
+    return SegmentationModel(spec.network)
 
 
 def test_model_level_calls_are_differentiable_and_restore_the_model():
@@ -322,7 +322,7 @@ def test_model_level_calls_are_differentiable_and_restore_the_model():
 
 def test_adaptation_in_attention_layers_changes_their_output():
     torch.manual_seed(0)
-    layer = build_attention(default_options("gaussian_mixture", beta=1.0), 16, 2, "g")
+    layer = build_attention(default_options("gaussian_mixture", beta=1.0), 16, 2)
     x = torch.randn(2, 5, 16)
     plain = layer(x)
     adapted = adapt_keys(layer, x, n_iter=3, theta_xi=0.01)

@@ -42,7 +42,7 @@ def padding():
 
 
 def test_softmax_matches_handwritten_scaled_dot_product(x, padding):
-    attn = build_attention(default_options("softmax"), D, H, "l0")
+    attn = build_attention(default_options("softmax"), D, H)
     q, k, v = heads(attn, x)
     logits = q @ k.transpose(-1, -2) / math.sqrt(D // H)
     weights = logits.masked_fill(~padding[:, None, None, :], -math.inf).softmax(-1)
@@ -50,9 +50,9 @@ def test_softmax_matches_handwritten_scaled_dot_product(x, padding):
 
 
 def test_sto_site_is_relaxed_categorical_of_qk_and_output_uses_the_sample(x, padding):
-    attn = build_attention(default_options("sto", tau=3.0), D, H, "l0")
+    attn = build_attention(default_options("sto", tau=3.0), D, H)
     trace = poutine.trace(attn).get_trace(x, padding)
-    site = trace.nodes["l0.a_v"]
+    site = trace.nodes["a_v"]
     fn = site["fn"].base_dist
     assert isinstance(fn, RelaxedOneHotCategorical)
     assert site["fn"].event_shape == (H, L, L) and site["fn"].batch_shape == (B,)
@@ -67,9 +67,9 @@ def test_sto_site_is_relaxed_categorical_of_qk_and_output_uses_the_sample(x, pad
 
 @pytest.mark.parametrize("kind", ["sto", "h_sto"])
 def test_padding_keys_get_exactly_zero_weight(kind, x, padding):
-    attn = build_attention(default_options(kind), D, H, "l0")
+    attn = build_attention(default_options(kind), D, H)
     trace = poutine.trace(attn).get_trace(x, padding)
-    a_v = trace.nodes["l0.a_v"]["value"]  # (B, H, L, L)
+    a_v = trace.nodes["a_v"]["value"]  # (B, H, L, L)
     assert torch.all(a_v[0, :, :, 3:] == 0) and torch.all(a_v[2, :, :, 1:] == 0)
     assert torch.all(a_v[1] > 0)
     # the content of padding tokens cannot leak into the other tokens' outputs
@@ -84,10 +84,10 @@ def test_padding_keys_get_exactly_zero_weight(kind, x, padding):
 
 def test_sto_hard_samples_average_to_softmax_attention(x):
     """Gumbel-max: the mean of one-hot samples of Categorical(logits) is softmax(logits)."""
-    attn = build_attention(default_options("sto", hard=True), D, H, "l0")
+    attn = build_attention(default_options("sto", hard=True), D, H)
     q, k, _ = heads(attn, x)
     draws = torch.stack(
-        [poutine.trace(attn).get_trace(x, None).nodes["l0.a_v"]["value"] for _ in range(4000)]
+        [poutine.trace(attn).get_trace(x, None).nodes["a_v"]["value"] for _ in range(4000)]
     )
     assert set(draws.unique().tolist()) == {0.0, 1.0}
     expected = (q @ k.transpose(-1, -2)).softmax(-1)
@@ -95,24 +95,24 @@ def test_sto_hard_samples_average_to_softmax_attention(x):
 
 
 def test_straight_through_passes_gradients(x):
-    attn = build_attention(default_options("h_sto", hard=True), D, H, "l0")
+    attn = build_attention(default_options("h_sto", hard=True), D, H)
     attn(x, None).sum().backward()
     assert attn.qkv.weight.grad.abs().sum() > 0 and attn.centroids.grad.abs().sum() > 0
     trace = poutine.trace(attn).get_trace(x, None)
     assert isinstance(
-        trace.nodes["l0.a_c"]["fn"].base_dist, RelaxedOneHotCategoricalStraightThrough
+        trace.nodes["a_c"]["fn"].base_dist, RelaxedOneHotCategoricalStraightThrough
     )
 
 
 @pytest.mark.parametrize("centroids", ["layer", "head"])
 def test_h_sto_follows_eq_14_to_17(centroids, x, padding):
     options = default_options("h_sto", tau1=0.5, tau2=7.0, n_centroids=3, centroids=centroids)
-    attn = build_attention(options, D, H, "l0")
+    attn = build_attention(options, D, H)
     assert attn.centroids.shape == ((H,) if centroids == "head" else ()) + (D // H, 3)
     trace = poutine.trace(attn).get_trace(x, padding)
     q, k, v = heads(attn, x)
     C = attn.centroids
-    a_c_site, a_v_site = trace.nodes["l0.a_c"], trace.nodes["l0.a_v"]
+    a_c_site, a_v_site = trace.nodes["a_c"], trace.nodes["a_v"]
     assert a_c_site["fn"].event_shape == (H, L, 3)
     assert a_c_site["fn"].base_dist.temperature.item() == 0.5
     assert a_v_site["fn"].base_dist.temperature.item() == 7.0
@@ -132,11 +132,11 @@ def test_h_sto_follows_eq_14_to_17(centroids, x, padding):
 
 def test_relaxed_sample_equals_gumbel_softmax_of_the_same_noise(x):
     """Eq. 11: â = softmax((logits + g) / τ) with g = −log(−log u); Pyro's rsample draws u."""
-    attn = build_attention(default_options("sto", tau=2.0), D, H, "l0")
+    attn = build_attention(default_options("sto", tau=2.0), D, H)
     q, k, _ = heads(attn, x)
     logits = q @ k.transpose(-1, -2)
     pyro.set_rng_seed(3)
-    a_v = poutine.trace(attn).get_trace(x, None).nodes["l0.a_v"]["value"]
+    a_v = poutine.trace(attn).get_trace(x, None).nodes["a_v"]["value"]
     pyro.set_rng_seed(3)
     u = torch.rand(logits.shape).clamp(
         torch.finfo(logits.dtype).tiny, 1 - torch.finfo(logits.dtype).eps

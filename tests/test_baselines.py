@@ -11,9 +11,9 @@ from torch import nn
 from probtrans import calibration, metrics
 from probtrans.attention import MultiHeadAttention
 from probtrans.encoder import Encoder
-from probtrans.laplace import LastLayerLaplace, hessian
+from probtrans.inference.laplace import LastLayerLaplace, hessian
+from probtrans.inference.predictive import predict
 from probtrans.model import build_classifier
-from probtrans.predictive import predict
 from tests.conftest import tiny_spec
 
 NO_GUIDE = lambda *args, **kwargs: {}  # noqa: E731
@@ -21,8 +21,8 @@ NO_GUIDE = lambda *args, **kwargs: {}  # noqa: E731
 
 def dropout_classifier(digits):
     spec = tiny_spec("softmax")
-    spec.model.dropout = 0.3
-    spec.model.attention.dropout = 0.2
+    spec.network.dropout = 0.3
+    spec.network.attention.dropout = 0.2
     return build_classifier(spec, digits)
 
 
@@ -116,11 +116,11 @@ def test_laplace_predictive_shapes_limits_and_prior_precision():
 
 
 def test_last_layer_laplace_runs_on_a_trained_run(tiny_run):
-    from probtrans.run import load_run, predictives
+    from probtrans.run import load_run
 
     run = load_run(tiny_run)
     run.inference_spec.predictive.posthoc = ["laplace", "mc_dropout"]
-    probs, _ = predictives(run, samples=3)
+    probs, _ = run.predictives(samples=3)
     assert set(probs) == {"plain", "laplace", "mc_dropout"}
     for variant in probs.values():
         assert variant["test"].shape == (3, len(run.data.test), run.data.n_classes)

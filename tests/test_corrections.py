@@ -8,9 +8,10 @@ import math
 import pytest
 import torch
 
-from probtrans.corrections import annotator_order, main
+from probtrans.cli import main
 from probtrans.errors import ConfigError
 from probtrans.segmentation import load_segmentation_spec
+from probtrans.segmentation.corrections import annotator_order
 
 TINY = """
 seed = 1
@@ -54,7 +55,7 @@ def tiny_spec(tmp_path):
 
 def test_corrections_command_writes_finite_curve_and_reloads(tiny_spec, tmp_path, capsys):
     out = tmp_path / "out"
-    assert main([str(tiny_spec), "--out", str(out)]) == 0
+    assert main(["corrections", str(tiny_spec), "--out", str(out)]) == 0
     table = capsys.readouterr().out
     assert "with propagation" in table and "10 test images" in table
     result = json.loads((out / "corrections.json").read_text())
@@ -65,7 +66,8 @@ def test_corrections_command_writes_finite_curve_and_reloads(tiny_spec, tmp_path
     assert result["rows"][0]["gain"] == 0.0  # k = 0: nothing to propagate
     assert result["n_test"] == 10 and not result["model_reloaded"]
     assert (out / "corrections.png").read_bytes().startswith(b"\x89PNG")
-    assert main([str(tiny_spec), "--out", str(out), "--ks", "0,1", "--n-test", "4"]) == 0
+    args = ["corrections", str(tiny_spec), "--out", str(out), "--ks", "0,1", "--n-test", "4"]
+    assert main(args) == 0
     again = json.loads((out / "corrections.json").read_text())
     assert again["model_reloaded"] and again["n_test"] == 4
     assert sorted(p.name for p in out.iterdir()) == ["corrections.json", "corrections.png",
@@ -84,14 +86,14 @@ def test_corrections_command_writes_finite_curve_and_reloads(tiny_spec, tmp_path
 def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys, edit, args, message):
     path = tmp_path / "bad.toml"
     path.write_text(edit)
-    assert main([str(path), "--out", str(tmp_path / "out"), *args]) == 2
+    assert main(["corrections", str(path), "--out", str(tmp_path / "out"), *args]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "out").exists()
 
 
 def test_missing_spec_file_is_reported(tmp_path, capsys):
-    assert main([str(tmp_path / "nope.toml")]) == 2
+    assert main(["corrections", str(tmp_path / "nope.toml")]) == 2
     assert "nope.toml: no such file" in capsys.readouterr().err
 
 

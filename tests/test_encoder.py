@@ -26,7 +26,7 @@ def token_bundle(n: int = 6, length: int = 7, vocab: int = 20) -> DataBundle:
 def test_padding_tokens_do_not_change_the_prediction(kind, norm, pooling):
     data = token_bundle()
     spec = tiny_spec(kind)
-    spec.model.norm, spec.model.pooling, spec.model.max_len = norm, pooling, 16
+    spec.network.norm, spec.network.pooling, spec.network.max_positions = norm, pooling, 16
     classifier = build_classifier(spec, data).eval()
     ids, mask = data.train.inputs, data.train.mask
     other = ids.clone()
@@ -48,7 +48,7 @@ def test_batches_drop_all_padding_columns_without_changing_the_prediction():
     split = DataSplit(ids, torch.zeros(4, dtype=torch.long), mask)
     data = DataBundle("toy", split, split, split, split, ["a", "b"], "tokens", vocab_size=20)
     spec = tiny_spec("softmax")
-    spec.model.max_len = 16
+    spec.network.max_positions = 16
     classifier = build_classifier(spec, data).eval()
 
     (index_a, inputs_a, mask_a, _), (index_b, inputs_b, mask_b, _) = split.batches(2)
@@ -96,8 +96,8 @@ def test_unshuffled_length_grouped_batches_come_in_order_of_length():
 def test_too_long_sequences_are_refused_with_the_field_name():
     data = token_bundle(length=9)
     spec = tiny_spec("softmax")
-    spec.model.max_len = 8
-    with pytest.raises(ProbtransError, match="model.max_len = 8"):
+    spec.network.max_positions = 8
+    with pytest.raises(ProbtransError, match="model.max_positions = 8"):
         build_classifier(spec, data)(data.train.inputs, data.train.mask)
 
 
@@ -105,7 +105,7 @@ def test_image_patches_cover_the_image(digits):
     spec = tiny_spec("softmax")
     classifier = build_classifier(spec, digits)
     tokens = classifier.encoder.embedding(digits.test.inputs[:4])
-    assert tokens.shape == (4, 16, spec.model.d_model)
+    assert tokens.shape == (4, 16, spec.network.d_model)
     spec.data.patch_size = 3
     with pytest.raises(ProbtransError, match="patch_size = 3"):
         build_classifier(spec, digits)

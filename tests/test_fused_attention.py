@@ -9,10 +9,10 @@ from pyro import poutine
 from scipy import stats
 
 from probtrans.attention import build_attention, default_options
-from probtrans.attention.base import fused_attention
 from probtrans.attention.gumbel import CHUNK, fused_relaxed_attention, gumbel, uniform
+from probtrans.contract import fused_attention
+from probtrans.inference.objective import self_guided
 from probtrans.model import build_classifier
-from probtrans.objective import self_guided
 from tests.conftest import tiny_spec
 
 OPTIONS = {
@@ -25,7 +25,7 @@ OPTIONS = {
 def layer(name: str, width: int = 16, heads: int = 4):
     kind = "sto" if name == "sto" else "h_sto"
     pyro.set_rng_seed(11)
-    return build_attention(default_options(kind, **OPTIONS[name]), width, heads, "l0")
+    return build_attention(default_options(kind, **OPTIONS[name]), width, heads)
 
 
 def run(attn, x, mask, seed: int, fused: bool):
@@ -109,7 +109,7 @@ def test_fused_kernel_is_the_gumbel_softmax_of_the_same_noise():
 
 
 def test_dropout_on_the_fused_path_only_in_training():
-    attn = build_attention(default_options("sto", tau=2.0, dropout=0.5), 8, 2, "l0")
+    attn = build_attention(default_options("sto", tau=2.0, dropout=0.5), 8, 2)
     x = torch.randn(2, 5, 8)
     with fused_attention():
         attn.eval()
@@ -130,7 +130,7 @@ def test_self_guided_model_takes_the_fused_path_and_records_no_attention_site(di
     inputs = digits.train.inputs[:4]
     model_trace = poutine.trace(classifier).get_trace(inputs)
     hidden_trace = poutine.trace(self_guided(classifier)).get_trace(inputs)
-    sites = {"layers.0.attn.a_c", "layers.0.attn.a_v"}
+    sites = {"encoder.layers.0.attn.a_c", "encoder.layers.0.attn.a_v"}
     assert sites <= set(model_trace.nodes)
     assert not sites & set(hidden_trace.nodes)
     pyro.set_rng_seed(9)

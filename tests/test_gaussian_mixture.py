@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from probtrans.attention import attention_options, build_attention, default_options
+from probtrans.attention import build_attention, default_options
 from probtrans.attention.gaussian_mixture import (
     GaussianMixtureAttention,
     Mixture,
@@ -17,11 +17,12 @@ from probtrans.attention.gaussian_mixture import (
     value_m_step,
     value_objective,
 )
-from probtrans.attention.softmax import SoftmaxAttention, SoftmaxOptions
-from probtrans.config import ModelSpec, load_model_spec
+from probtrans.attention.softmax import SoftmaxAttention
 from probtrans.data import load_data
 from probtrans.errors import ConfigError
 from probtrans.model import build_classifier
+from probtrans.resolve import load_model_spec
+from probtrans.specs import ModelSpec, SoftmaxOptions
 
 B, L = 3, 7
 
@@ -58,10 +59,10 @@ def test_beta_none_with_length_priors_is_softmax_attention(n_heads):
     """β → 0 and the Eq. 16–17 priors give softmax(α q·k) (Eq. 20–21) with α = 1/√d_head."""
     d_head = 8
     q, k, v, mask = random_heads(n_heads, d_head, seed=n_heads)
-    softmax = SoftmaxAttention(n_heads * d_head, n_heads, SoftmaxOptions(), "s")
+    softmax = SoftmaxAttention(n_heads * d_head, n_heads, SoftmaxOptions())
     for n_iter in (1, 3):
         gm = build_attention(default_options("gaussian_mixture", n_iter=n_iter),
-                             n_heads * d_head, n_heads, "g")
+                             n_heads * d_head, n_heads)
         assert isinstance(gm, GaussianMixtureAttention)
         expected = softmax.attend(q, k, v, mask)
         torch.testing.assert_close(gm.attend(q, k, v, mask), expected, atol=2e-6, rtol=1e-5)
@@ -69,8 +70,8 @@ def test_beta_none_with_length_priors_is_softmax_attention(n_heads):
 
 def test_alpha_is_the_inverse_softmax_temperature():
     q, k, v, mask = random_heads(2, 8, seed=3)
-    softmax = SoftmaxAttention(16, 2, SoftmaxOptions(tau=0.7), "s")
-    gm = build_attention(default_options("gaussian_mixture", alpha=1 / 0.7), 16, 2, "g")
+    softmax = SoftmaxAttention(16, 2, SoftmaxOptions(tau=0.7))
+    gm = build_attention(default_options("gaussian_mixture", alpha=1 / 0.7), 16, 2)
     torch.testing.assert_close(gm.attend(q, k, v, mask), softmax.attend(q, k, v, mask),
                                atol=2e-6, rtol=1e-5)
 
@@ -79,12 +80,12 @@ def test_alpha_is_the_inverse_softmax_temperature():
 def test_beta_to_zero_converges_to_softmax_attention(n_heads):
     """Several EM iterations with β > 0 approach softmax attention as β → 0, linearly in β."""
     q, k, v, mask = random_heads(n_heads, 4, seed=5, dtype=torch.float64)
-    softmax = SoftmaxAttention(4 * n_heads, n_heads, SoftmaxOptions(), "s").double()
+    softmax = SoftmaxAttention(4 * n_heads, n_heads, SoftmaxOptions()).double()
     expected = softmax.attend(q, k, v, mask)
     errors = []
     for beta in (1e-1, 1e-3, 1e-5, 1e-7):
         gm = build_attention(default_options("gaussian_mixture", beta=beta, n_iter=4),
-                             4 * n_heads, n_heads, "g").double()
+                             4 * n_heads, n_heads).double()
         errors.append((gm.attend(q, k, v, mask) - expected).abs().max().item())
     assert errors[-1] < 1e-6
     for larger, smaller in zip(errors, errors[1:], strict=False):
@@ -94,7 +95,7 @@ def test_beta_to_zero_converges_to_softmax_attention(n_heads):
 def test_length_priors_give_eq_19():
     """With Eq. 16–17 priors and shared precisions, w_ij = softmax_j(α ξ_j·q_i + β μ_j·v_i)."""
     q, k, v, mask = random_heads(2, 4, seed=7, dtype=torch.float64)
-    gm = build_attention(default_options("gaussian_mixture", alpha=0.8, beta=0.6), 8, 2, "g")
+    gm = build_attention(default_options("gaussian_mixture", alpha=0.8, beta=0.6), 8, 2)
     mix = gm.double().units.mixture(k, v, mask)
     estimate = torch.randn(q.shape, dtype=torch.float64)
     scores = 0.8 * q @ k.transpose(-1, -2) + 0.6 * estimate @ v.transpose(-1, -2)
@@ -108,7 +109,7 @@ def test_padding_units_get_exactly_zero_responsibility(prior, precision):
     q, k, v, mask = random_heads(2, 4, seed=11)
     options = default_options("gaussian_mixture", beta=1.0, n_iter=3, prior=prior,
                               precision=precision)
-    gm = build_attention(options, 8, 2, "g")
+    gm = build_attention(options, 8, 2)
     w = responsibilities(q, gm.units.mixture(k, v, mask), v)
     assert (w[0, :, :, 5:] == 0).all() and (w[2, :, :, 3:] == 0).all()
     k2, v2 = k.clone(), v.clone()
@@ -157,8 +158,8 @@ def test_infer_values_with_one_iteration_is_the_query_posterior_mean():
 
 def test_gaussian_mixture_attention_trains_inside_the_classifier():
     spec = ModelSpec()
-    spec.model.d_model, spec.model.n_heads, spec.model.n_layers = 16, 2, 1
-    spec.model.attention = default_options(
+    spec.network.d_model, spec.network.n_heads, spec.network.n_layers = 16, 2, 1
+    spec.network.attention = default_options(
         "gaussian_mixture", beta=1.0, precision="head", prior="length", n_iter=2
     )
     data = load_data(spec.data)
@@ -176,14 +177,16 @@ def test_model_spec_accepts_and_checks_gaussian_mixture(tmp_path):
     path = tmp_path / "gm.toml"
     path.write_text('[model.attention]\nkind = "gaussian_mixture"\nbeta = 0.5\nn_iter = 3\n'
                     'precision = "unit"\nprior = "learned"\n')
-    options = load_model_spec(path).model.attention
+    options = load_model_spec(path).network.attention
     assert (options.beta, options.n_iter, options.precision) == (0.5, 3, "unit")
+    path.write_text('[model.attention]\nkind = "gaussian_mixture"\nbeta = -1.0\n')
     with pytest.raises(ConfigError, match=r"gm\.toml: model\.attention\.beta = -1\.0: must be > 0"):
-        attention_options({"kind": "gaussian_mixture", "beta": -1.0}, str(path))
+        load_model_spec(path)
+    path.write_text('[model.attention]\nkind = "gaussian_mixture"\ngamma = 1.0\n')
     with pytest.raises(ConfigError, match=r"gm\.toml: unknown key 'model\.attention\.gamma'"):
-        attention_options({"kind": "gaussian_mixture", "gamma": 1.0}, str(path))
+        load_model_spec(path)
 
 
 def test_default_alpha_is_one_over_sqrt_d_head():
-    gm = build_attention(default_options("gaussian_mixture"), 32, 2, "g")
+    gm = build_attention(default_options("gaussian_mixture"), 32, 2)
     assert math.isclose(gm.units.log_alpha.exp().item(), 16**-0.5, rel_tol=1e-6)

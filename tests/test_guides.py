@@ -6,10 +6,9 @@ import pytest
 from pyro import poutine
 from pyro.infer.autoguide import AutoDelta, AutoGuideList, AutoLowRankMultivariateNormal
 
-from probtrans.config import GuideSpec
-from probtrans.guides import build_guide
+from probtrans.inference.guide import build_guide
 from probtrans.model import build_classifier
-from probtrans.objective import self_guided
+from probtrans.specs import GuideSpec
 from tests.conftest import tiny_spec
 
 
@@ -26,9 +25,8 @@ def guide_sites(guide, digits):
 @pytest.mark.parametrize("max_dims,last_layer_only", [(10**9, False), (100, True)])
 def test_lowrank_goes_on_the_last_layer_of_large_nets(digits, max_dims, last_layer_only):
     classifier = build_classifier(tiny_spec("sto", prior="all"), digits)
-    model = self_guided(classifier)
     spec = GuideSpec(name="lowrank", sites="auto", max_lowrank_dims=max_dims)
-    guide = build_guide(model, classifier, spec)
+    guide = build_guide(classifier, spec, digits.train)
     sites = guide_sites(guide, digits)
     assert sites >= set(classifier.initial_weights)  # every weight with a prior is covered
     if last_layer_only:
@@ -43,5 +41,5 @@ def test_lowrank_goes_on_the_last_layer_of_large_nets(digits, max_dims, last_lay
 def test_guides_never_see_attention_sites(digits):
     classifier = build_classifier(tiny_spec("h_sto", prior="last_layer"), digits)
     for name in ("delta", "normal", "lowrank"):
-        guide = build_guide(self_guided(classifier), classifier, GuideSpec(name=name))
+        guide = build_guide(classifier, GuideSpec(name=name), digits.train)
         assert guide_sites(guide, digits) == {"head.weight", "head.bias"}

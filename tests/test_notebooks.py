@@ -37,7 +37,7 @@ def test_posterior_predictive_notebook_shows_sentences_of_a_text_run(tmp_path, m
 
     model = tmp_path / "cola.toml"
     text = TINY_MODEL.replace('name = "digits"\npatch_size = 2', 'name = "cola"\nmax_len = 64')
-    model.write_text(text.replace("dropout = 0.0", "dropout = 0.0\nmax_len = 64"))
+    model.write_text(text.replace("dropout = 0.0", "dropout = 0.0\nmax_positions = 64"))
     out = tmp_path / "cola-run"
     fit_run(model, tiny_inference(tmp_path, "map"), out, epochs=1, progress=False)
     printed = run_posterior_predictive_notebook(out, monkeypatch)

@@ -12,11 +12,11 @@ import torch.nn.functional as F
 from pyro import poutine
 from pyro.infer import Trace_ELBO
 
-from probtrans.attention.base import kl_term
-from probtrans.config import GuideSpec
-from probtrans.guides import build_guide
+from probtrans.contract import kl_term
+from probtrans.inference.guide import build_guide
+from probtrans.inference.objective import KLWeight, self_guided
 from probtrans.model import build_classifier
-from probtrans.objective import KLWeight, self_guided
+from probtrans.specs import GuideSpec
 from tests.conftest import tiny_spec
 
 
@@ -38,7 +38,7 @@ def test_elbo_equals_hand_computed_sampled_nll(digits, kind, particles):
     inputs, mask, labels, index = batch(digits)
     n = len(digits.train)
     model = self_guided(classifier)
-    guide = build_guide(model, classifier, GuideSpec(name="delta"))
+    guide = build_guide(classifier, GuideSpec(name="delta"), digits.train)
     guide(inputs, mask, labels)  # set up the guide (its prototype trace draws random numbers)
     pyro.set_rng_seed(7)
     loss = Trace_ELBO(num_particles=particles).loss(
@@ -60,7 +60,7 @@ def test_elbo_equals_hand_computed_sampled_nll(digits, kind, particles):
 def test_svi_step_runs_one_forward_pass_per_particle_without_warnings(digits, guide_name):
     classifier = build_classifier(tiny_spec("h_sto", prior="last_layer"), digits)
     model = self_guided(classifier)
-    guide = build_guide(model, classifier, GuideSpec(name=guide_name))
+    guide = build_guide(classifier, GuideSpec(name=guide_name), digits.train)
     inputs, mask, labels, index = batch(digits)
     guide(inputs, mask, labels)  # the guide's one-off set-up traces the model once
     calls = []
@@ -76,7 +76,7 @@ def test_svi_step_runs_one_forward_pass_per_particle_without_warnings(digits, gu
     guide_trace = poutine.trace(guide).get_trace(inputs, mask, labels)
     model_trace = poutine.trace(classifier).get_trace(inputs, mask, labels)
     hidden_trace = poutine.trace(model).get_trace(inputs, mask, labels)
-    for site in ("layers.0.attn.a_c", "layers.0.attn.a_v"):
+    for site in ("encoder.layers.0.attn.a_c", "encoder.layers.0.attn.a_v"):
         assert site in model_trace.nodes
         assert site not in guide_trace.nodes and site not in hidden_trace.nodes
     assert {"head.weight", "head.bias"} <= set(guide_trace.nodes)
@@ -86,7 +86,7 @@ def test_kl_weight_scales_only_the_weight_terms(digits):
     """loss(β) = −E log p(y|·) + β (log q(W) − log p(W)): linear in β with the same draws."""
     classifier = build_classifier(tiny_spec("sto", prior="last_layer"), digits)
     model = self_guided(classifier)
-    guide = build_guide(model, classifier, GuideSpec(name="normal"))
+    guide = build_guide(classifier, GuideSpec(name="normal"), digits.train)
     inputs, mask, labels, index = batch(digits)
     guide(inputs, mask, labels)
     losses = {}

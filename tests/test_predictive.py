@@ -6,18 +6,17 @@ import pyro
 import torch
 from pyro import poutine
 
-from probtrans.config import GuideSpec
 from probtrans.data import DataBundle
-from probtrans.guides import build_guide
+from probtrans.inference.guide import build_guide
+from probtrans.inference.objective import self_guided
+from probtrans.inference.predictive import is_point_mass, posterior_draws, predict
 from probtrans.model import build_classifier
-from probtrans.objective import self_guided
-from probtrans.predictive import is_point_mass, posterior_draws, predict
+from probtrans.specs import GuideSpec
 from tests.conftest import ragged_split, tiny_spec
 
 
 def trained_guide(classifier, digits, name):
-    model = self_guided(classifier)
-    guide = build_guide(model, classifier, GuideSpec(name=name, init_scale=0.3))
+    guide = build_guide(classifier, GuideSpec(name=name, init_scale=0.3), digits.train)
     _, inputs, mask, labels = next(digits.train.batches(8))
     guide(inputs, mask, labels)
     return guide
@@ -80,7 +79,7 @@ def test_token_rows_predicted_in_order_of_length_come_back_in_split_order():
     split = ragged_split(n=40, longest=12)
     data = DataBundle("toy", split, split, split, split, ["a", "b"], "tokens", vocab_size=20)
     spec = tiny_spec("softmax")
-    spec.model.max_len = 12
+    spec.network.max_positions = 12
     classifier = build_classifier(spec, data).eval()
     guide = trained_guide(classifier, data, "delta")
     probs = predict(classifier, guide, split, samples=2, batch_size=6)["probs"]

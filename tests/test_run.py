@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-import probtrans.train
+import probtrans.inference.train
 from probtrans.checkpoint import load_checkpoint
 from probtrans.cli import main
-from probtrans.config import load_inference_spec, load_model_spec
 from probtrans.errors import ProbtransError
+from probtrans.inference.predictive import predict
+from probtrans.inference.train import Resumable, fit, kl_annealing_at
 from probtrans.model import build_classifier
-from probtrans.predictive import predict
+from probtrans.resolve import load_inference_spec, load_model_spec
 from probtrans.run import evaluate_run, fit_run, load_run
 from probtrans.segmentation import load_segmentation_spec
-from probtrans.train import Resumable, fit, kl_annealing_at
 from tests.conftest import ROOT, inference_file, tiny_inference, tiny_spec
 
 with warnings.catch_warnings():
@@ -89,7 +89,7 @@ def test_an_interrupted_fit_resumes_where_it_stopped_and_ends_as_an_uninterrupte
     straight = tmp_path / "straight"
     fit_run(tiny_model_file, inference, straight, progress=False)
 
-    validation = probtrans.train.validation_metric
+    validation = probtrans.inference.train.validation_metric
     calls = []
 
     def interrupted_in_epoch_2(*args):
@@ -99,13 +99,13 @@ def test_an_interrupted_fit_resumes_where_it_stopped_and_ends_as_an_uninterrupte
         return validation(*args)
 
     resumed = tmp_path / "resumed"
-    monkeypatch.setattr(probtrans.train, "validation_metric", interrupted_in_epoch_2)
+    monkeypatch.setattr(probtrans.inference.train, "validation_metric", interrupted_in_epoch_2)
     with pytest.raises(KeyboardInterrupt):
         fit_run(tiny_model_file, inference, resumed, progress=False)
     assert not resumed.exists()
     assert load_checkpoint(tmp_path / "resumed.partial" / "resume.pt")["epoch"] == 1
 
-    monkeypatch.setattr(probtrans.train, "validation_metric", validation)
+    monkeypatch.setattr(probtrans.inference.train, "validation_metric", validation)
     scores = fit_run(tiny_model_file, inference, resumed)
     assert "resuming" in capsys.readouterr().out
     assert not (resumed / "resume.pt").exists()
@@ -170,18 +170,18 @@ def test_attention_sites_only_on_request(digits):
     assert set(plain) == {"probs", "obs"}
     assert plain["probs"].shape == (3, len(split), digits.n_classes)
     full = predict(classifier, lambda *a, **k: {}, split, samples=3, batch_size=100, attention=True)
-    assert full["layers.0.attn.a_v"].shape == (3, len(split), 2, 16, 16)
-    assert full["layers.0.attn.a_c"].shape == (3, len(split), 2, 16, 2)
+    assert full["encoder.layers.0.attn.a_v"].shape == (3, len(split), 2, 16, 16)
+    assert full["encoder.layers.0.attn.a_c"].shape == (3, len(split), 2, 16, 2)
 
 
 def test_describe_lists_both_attention_levels(capsys):
     assert main(["describe", str(ROOT / "models" / "digits" / "h_sto.toml")]) == 0
     out = capsys.readouterr().out
     for site in (
-        "layers.0.attn.a_c",
-        "layers.0.attn.a_v",
-        "layers.1.attn.a_c",
-        "layers.1.attn.a_v",
+        "encoder.layers.0.attn.a_c",
+        "encoder.layers.0.attn.a_v",
+        "encoder.layers.1.attn.a_c",
+        "encoder.layers.1.attn.a_v",
     ):
         line = next(row for row in out.splitlines() if row.startswith(site))
         assert "RelaxedOneHotCategorical" in line

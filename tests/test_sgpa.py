@@ -20,7 +20,6 @@ from torch.distributions import MultivariateNormal, Normal, kl_divergence
 
 from probtrans.attention import default_options
 from probtrans.attention.sgpa import DecoupledSGPAttention, StandardSGPAttention
-from probtrans.config import GuideSpec, load_model_spec
 from probtrans.describe import site_table
 from probtrans.gp import (
     AutoInducingCholesky,
@@ -30,9 +29,11 @@ from probtrans.gp import (
     jittered_cholesky,
     standard_posterior,
 )
-from probtrans.guides import build_guide
+from probtrans.inference.guide import build_guide
+from probtrans.inference.objective import self_guided
 from probtrans.model import build_classifier
-from probtrans.objective import self_guided
+from probtrans.resolve import load_model_spec
+from probtrans.specs import GuideSpec
 from tests.conftest import ROOT, tiny_spec
 
 B, H, T, DV, M, DK = 2, 2, 5, 3, 4, 3  # sequences, heads, tokens, value dims, inducing, key dims
@@ -158,7 +159,7 @@ def test_global_kl_equals_gpytorch_and_torch(gp_inputs):
     _, _, _, _, loc, scale_tril = gp_inputs
     loc, scale_tril = loc.float(), scale_tril.float()
     options = default_options("sgpa", kernel="ard", n_inducing=M)
-    layer = DecoupledSGPAttention(H * DV, H, options, "layers.0.attn")
+    layer = DecoupledSGPAttention(H * DV, H, options)
 
     def model():  # the layer's forward pass, with only its inducing site visible
         return poutine.block(layer, expose=["u_g"])(torch.randn(1, T, H * DV))
@@ -198,7 +199,7 @@ def sgpa_classifier(digits, **attention):
 def test_every_inducing_guide_trains_with_decreasing_loss(digits, inducing):
     classifier = sgpa_classifier(digits)
     model = self_guided(classifier)
-    guide = build_guide(model, classifier, GuideSpec(name="delta", inducing=inducing))
+    guide = build_guide(classifier, GuideSpec(name="delta", inducing=inducing), digits.train)
     index, inputs, mask, labels = next(digits.train.batches(64))
     n = len(digits.train)
     guide(inputs, mask, labels)
@@ -228,7 +229,7 @@ def test_amortised_kl_is_a_per_example_factor_in_the_data_plate(digits):
     index, inputs, mask, labels = next(digits.train.batches(8))
     n = len(digits.train)
     trace = poutine.trace(classifier).get_trace(inputs, mask, labels, index=index, n_data=n)
-    site = trace.nodes["layers.0.attn.kl_amortised"]
+    site = trace.nodes["encoder.layers.0.attn.kl_amortised"]
     assert site["scale"] == pytest.approx(n / len(inputs))
     assert [frame.name for frame in site["cond_indep_stack"]] == ["data"]
     log_factor = site["fn"].log_prob(site["value"])
@@ -254,7 +255,7 @@ def test_ill_conditioned_k_gg_is_retried_with_more_jitter():
 def test_layer_with_coincident_global_points_gives_finite_outputs(sampling):
     options = default_options("sgpa", kernel="exponential", n_inducing=M, jitter=1e-9)
     options.sampling = sampling
-    layer = DecoupledSGPAttention(8, H, options, "layers.0.attn")
+    layer = DecoupledSGPAttention(8, H, options)
     with torch.no_grad():
         layer.z_g.copy_(layer.z_g[:, :1].expand_as(layer.z_g))  # K_gg of rank one
         layer.kernel.outputscale = torch.full((H,), 50.0)
@@ -268,7 +269,7 @@ def test_padding_tokens_do_not_change_real_outputs(kind):
     """Changing the padding tokens leaves the outputs' distribution at real tokens unchanged."""
     options = default_options(kind, kernel="ard", lengthscale=2.0)
     cls = DecoupledSGPAttention if kind == "sgpa" else StandardSGPAttention
-    layer = cls(8, H, options, "layers.0.attn")
+    layer = cls(8, H, options)
     x = torch.randn(B, T, 8)
     mask = torch.ones(B, T, dtype=torch.bool)
     mask[1, 3:] = False
@@ -304,8 +305,8 @@ def test_standard_sgpa_mean_covariance_and_kl(gp_inputs):
 )
 def test_text_specs_parse(name, heads, width, inducing):
     spec = load_model_spec(ROOT / "models" / name / "sgpa.toml")
-    attention = spec.model.attention
-    assert (spec.model.n_layers, spec.model.n_heads, spec.model.d_model) == (2, heads, width)
+    attention = spec.network.attention
+    assert (spec.network.n_layers, spec.network.n_heads, spec.network.d_model) == (2, heads, width)
     assert (attention.kind, attention.kernel, attention.n_inducing) == (
         "sgpa",
         "exponential",
@@ -317,10 +318,10 @@ def test_text_specs_parse(name, heads, width, inducing):
 def test_describe_lists_the_inducing_sites_of_the_digits_spec():
     spec = load_model_spec(ROOT / "models" / "digits" / "sgpa.toml")
     rows = {row["site"]: row for row in site_table(spec)}
-    heads, d_head = spec.model.n_heads, spec.model.d_model // spec.model.n_heads
-    m_g = spec.model.attention.n_inducing
-    for layer in range(spec.model.n_layers):
+    heads, d_head = spec.network.n_heads, spec.network.d_model // spec.network.n_heads
+    m_g = spec.network.attention.n_inducing
+    for layer in range(spec.network.n_layers):
         row = rows[f"encoder.layers.{layer}.attn.u_g"]
         assert row["role"] == "global"
         assert row["event_shape"] == str((heads, d_head, m_g))
-        assert rows[f"layers.{layer}.attn.f"]["role"] == "local (per example)"
+        assert rows[f"encoder.layers.{layer}.attn.f"]["role"] == "local (per example)"

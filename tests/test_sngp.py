@@ -9,9 +9,9 @@ import torch
 from sklearn.metrics.pairwise import rbf_kernel
 from torch.nn.utils import parametrize
 
-from probtrans.config import load_model_spec
 from probtrans.errors import ConfigError
-from probtrans.laplace import LastLayerLaplace
+from probtrans.inference.laplace import LastLayerLaplace
+from probtrans.resolve import load_model_spec
 from probtrans.sngp import RandomFeatures, SpectralNormBound, spectral_normalise
 from tests.conftest import TINY_MODEL, inference_file, tiny_inference
 
@@ -59,7 +59,7 @@ SNGP_MODEL = TINY_MODEL.replace(
 
 
 def test_sngp_run_uses_the_prior_precision_and_bounded_encoder(tmp_path, monkeypatch):
-    from probtrans.run import fit_run, load_run, predictives
+    from probtrans.run import fit_run, load_run
 
     model = tmp_path / "sngp.toml"
     model.write_text(SNGP_MODEL)
@@ -73,7 +73,7 @@ def test_sngp_run_uses_the_prior_precision_and_bounded_encoder(tmp_path, monkeyp
 
     monkeypatch.setattr(LastLayerLaplace, "fit_prior_precision", refuse)
     run = load_run(tmp_path / "run")  # u, v buffers and the feature map come back
-    probs, plain = predictives(run, samples=3)
+    probs, plain = run.predictives(samples=3)
     assert probs["laplace"]["test"].shape == (3, len(run.data.test), run.data.n_classes)
     assert run.classifier.head.in_features == 128
     for module in run.classifier.encoder.layers.modules():

@@ -14,9 +14,7 @@ import pytest
 import torch
 from tokenizers import pre_tokenizers
 
-from probtrans.config import DataSpec, load_model_spec
-from probtrans.data import load_data
-from probtrans.data import tokenize as tokenize_module
+from probtrans.data import load_data, text_bundle, tokenizer
 from probtrans.data.text import (
     load_text_task,
     read_labelled_file,
@@ -25,6 +23,8 @@ from probtrans.data.text import (
     split_sizes,
 )
 from probtrans.errors import ConfigError, ProbtransError
+from probtrans.resolve import load_model_spec
+from probtrans.specs import DataSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = os.environ.get("PROBTRANS_DATA_DIR")
@@ -79,10 +79,13 @@ def test_text_spec_fields(tmp_path):
             spec = load_model_spec(ROOT / f"models/{name}/{protocol}.toml")
             assert (spec.data.name, spec.data.protocol) == (name, protocol)
     spec = load_model_spec(ROOT / "models/imdb/h_sto.toml")
-    assert (spec.data.protocol, spec.data.max_len, spec.model.attention.tau2) == ("h_sto", 512, 20)
+    fields = (spec.data.protocol, spec.data.max_len, spec.network.attention.tau2)
+    assert fields == ("h_sto", 512, 20)
     bad = tmp_path / "bad.toml"
-    bad.write_text('[data]\nname = "cola"\nmax_len = 200\n[model]\nmax_len = 100\n')
-    with pytest.raises(ConfigError, match=r"bad.toml: data.max_len = 200: .*model.max_len = 100"):
+    bad.write_text('[data]\nname = "cola"\nmax_len = 200\n[model]\nmax_positions = 100\n')
+    with pytest.raises(
+        ConfigError, match=r"bad.toml: data.max_len = 200: .*model.max_positions = 100"
+    ):
         load_model_spec(bad)
     bad.write_text('[data]\nname = "cola"\nprotocol = "other"\n')
     with pytest.raises(ConfigError, match=r"bad.toml: data.protocol = 'other'"):
@@ -201,17 +204,17 @@ def test_decode_gives_back_the_words_the_model_sees(cola):
 @needs_data
 def test_vocabulary_is_learned_on_train_only(cola):
     task = load_text_task("cola", "h_sto", 0)
-    tokenizer = tokenize_module.train_tokenizer(task.train["text"], cola_spec(), False)
-    vocab = tokenizer.get_vocab()
+    trained = tokenizer.train_tokenizer(task.train["text"], cola_spec(), False)
+    vocab = trained.get_vocab()
     assert (vocab["[PAD]"], vocab["[UNK]"]) == (0, 1) and len(vocab) == cola.vocab_size
     train_words = {
         t
         for text in task.train["text"]
-        for t, _ in tokenizer.pre_tokenizer.pre_tokenize_str(text.lower())
+        for t, _ in trained.pre_tokenizer.pre_tokenize_str(text.lower())
     }
     assert set(vocab) - {"[PAD]", "[UNK]"} == train_words
     for i, text in enumerate(task.test["text"]):
-        words = [t for t, _ in tokenizer.pre_tokenizer.pre_tokenize_str(text.lower())]
+        words = [t for t, _ in trained.pre_tokenizer.pre_tokenize_str(text.lower())]
         unseen = [k for k, w in enumerate(words) if w not in train_words]
         if unseen:
             assert (cola.test.inputs[i, unseen] == 1).all()
@@ -238,7 +241,7 @@ def test_second_load_comes_from_the_cache(cola, cache, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("tokenizer trained again")
 
-    monkeypatch.setattr(tokenize_module, "train_tokenizer", fail)
+    monkeypatch.setattr(text_bundle, "train_tokenizer", fail)
     again = load_data(cola_spec())
     assert again.description["from_cache"]
     assert torch.equal(again.train.inputs, cola.train.inputs)

@@ -1,61 +1,18 @@
 """Multi-head self-attention skeleton shared by every attention kind.
 
 An attention kind subclasses :class:`MultiHeadAttention` and implements :meth:`attend` on
-per-head queries, keys and values. Stochastic kinds draw their attention weights with
-:func:`sample_attention`, which makes them Pyro sample sites that the training objective
-integrates with their own conditional distribution (see :mod:`probtrans.objective`).
+per-head queries, keys and values. Stochastic kinds draw their weights as self-guided Pyro sample
+sites (:func:`probtrans.contract.sample_attention`). A layer is a ``PyroModule``, so its sites are
+named after where it sits in the model: ``encoder.layers.0.attn.a_v`` in a
+:class:`~probtrans.model.Classifier`, ``a_v`` on its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import ClassVar
 
-import pyro
-import torch
+from pyro.nn import PyroModule
 from torch import Tensor, nn
-
-from probtrans.attention.gumbel import (
-    RelaxedOneHotCategorical,
-    RelaxedOneHotCategoricalStraightThrough,
-)
-
-#: ``infer`` flag of attention sites whose guide is their own conditional distribution.
-SELF_GUIDED = "probtrans_self_guided"
-#: ``infer`` flag of factor sites holding a per-example KL term (annealed like the global KL).
-KL_TERM = "probtrans_kl_term"
-
-_FUSED: ContextVar[bool] = ContextVar("probtrans_fused_attention", default=False)
-
-
-@contextmanager
-def fused_attention() -> Iterator[None]:
-    """Let stochastic attention kinds return â v from a fused kernel without recording their
-    attention sites. Only valid where those sites are hidden anyway: the self-guided objective
-    and Predictive without attention sites (:func:`probtrans.objective.self_guided`)."""
-    token = _FUSED.set(True)
-    try:
-        yield
-    finally:
-        _FUSED.reset(token)
-
-
-def fused_attention_enabled() -> bool:
-    return _FUSED.get()
-
-
-def sample_attention(name: str, distribution: pyro.distributions.Distribution) -> Tensor:
-    """Draw attention weights as the Pyro sample site ``name``, marked self-guided."""
-    return pyro.sample(name, distribution, infer={SELF_GUIDED: True})
-
-
-def kl_term(name: str, kl: Tensor) -> None:
-    """Subtract ``kl`` (batch shape: the data plate's) from the ELBO as the factor site ``name``,
-    which :class:`probtrans.objective.KLWeight` anneals."""
-    unit = pyro.distributions.Unit(-kl, has_rsample=True)
-    pyro.sample(name, unit, obs=unit.sample(), infer={"is_auxiliary": True, KL_TERM: True})
 
 
 def masked_logits(logits: Tensor, key_mask: Tensor | None) -> Tensor:
@@ -68,29 +25,27 @@ def masked_logits(logits: Tensor, key_mask: Tensor | None) -> Tensor:
     return logits.masked_fill(~key_mask[:, None, None, :], float("-inf"))
 
 
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttention(PyroModule):
     """Query/key/value/output projections around a per-head :meth:`attend`.
 
     Args:
         d_model: width of the token representations.
         n_heads: number of heads; must divide ``d_model``.
-        site_prefix: name prefix of this layer's Pyro sample sites, e.g. ``"layers.0.attn"``.
         fused_qkv: build the fused query/key/value projection; kinds with their own projections
             (SGPA's shared W_qk) pass False and override :meth:`forward`.
     """
 
-    #: names (without prefix) of the local sample sites :meth:`attend` draws
+    #: local sample sites :meth:`attend` draws (names within the layer)
     sample_sites: ClassVar[tuple[str, ...]] = ()
+    #: global inducing-variable sites of the layer (names within the layer)
+    inducing_sites: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(
-        self, d_model: int, n_heads: int, site_prefix: str, fused_qkv: bool = True
-    ) -> None:
+    def __init__(self, d_model: int, n_heads: int, fused_qkv: bool = True) -> None:
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"n_heads = {n_heads} must divide d_model = {d_model}")
         self.n_heads = n_heads
         self.d_head = d_model // n_heads
-        self.site_prefix = site_prefix
         if fused_qkv:
             self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
@@ -107,16 +62,28 @@ class MultiHeadAttention(nn.Module):
         raise NotImplementedError
 
     def site(self, name: str) -> str:
-        return f"{self.site_prefix}.{name}"
+        """The model-wide name of this layer's site ``name``: its module path and ``name``, as
+        Pyro names a ``PyroSample`` attribute."""
+        path = self._pyro_name
+        return f"{path}.{name}" if path else name
 
 
-def relaxed_one_hot(
-    temperature: float, logits: Tensor, hard: bool
-) -> pyro.distributions.Distribution:
-    """Row-wise (straight-through) relaxed one-hot categorical with event shape (H, L, K).
+def attention_sites(model: nn.Module) -> list[str]:
+    """Names of the local attention sites of every attention layer in ``model``."""
+    return [
+        layer.site(name)
+        for layer in model.modules()
+        if isinstance(layer, MultiHeadAttention)
+        for name in layer.sample_sites
+    ]
 
-    logits: (B, H, L, K). Batch shape is (B,), so the site sits in the data plate.
-    """
-    tau = torch.tensor(temperature, dtype=logits.dtype, device=logits.device)
-    cls = RelaxedOneHotCategoricalStraightThrough if hard else RelaxedOneHotCategorical
-    return cls(tau, logits=logits).to_event(2)
+
+def inducing_sites(model: nn.Module) -> list[str]:
+    """Names of the global inducing-variable sites in ``model``, e.g.
+    ``encoder.layers.0.attn.u_g``."""
+    return [
+        layer.site(name)
+        for layer in model.modules()
+        if isinstance(layer, MultiHeadAttention)
+        for name in layer.inducing_sites
+    ]

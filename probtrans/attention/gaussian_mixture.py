@@ -22,7 +22,7 @@ Length-linked priors (Eq. 16–17), π_ij = exp(α/2 ‖ξ_j‖² + β/2 ‖μ_j
 precisions give w_ij = softmax_j(α ξ_j·q_i + β μ_j·v_i) (Eq. 19), and as β → 0 the softmax
 attention softmax_j(α ξ_j·q_i) (Eq. 20–21), for which one EM step is exact. Standard scaled
 dot-product attention softmax(q·kᵀ/√d_h) is therefore α = 1/√d_h (the default here), i.e.
-α = 1/τ for the τ of :class:`~probtrans.attention.softmax.SoftmaxOptions`. ``beta = None`` is the
+α = 1/τ for the τ of :class:`~probtrans.specs.SoftmaxOptions`. ``beta = None`` is the
 β → 0 limit: the value term is dropped.
 
 Per-unit precisions and learned priors depend on the input through the unit's own key and value
@@ -35,26 +35,12 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
 
 from probtrans.attention.base import MultiHeadAttention
-
-
-@dataclass
-class GaussianMixtureOptions:
-    kind: Literal["gaussian_mixture"] = "gaussian_mixture"
-    alpha: float | None = None  # query precision α (initial value); None means 1/√d_head
-    beta: float | None = None  # value precision β (initial value); None is the limit β → 0
-    # where α and β live: "fixed" constants, one learned value per layer ("shared"), per head,
-    # or per head and unit ("unit", a learned function of the unit's key / value)
-    precision: Literal["fixed", "shared", "head", "unit"] = "fixed"
-    # π: length-linked (Eq. 16–17), uniform, or a learned function of the unit's key and value
-    prior: Literal["length", "uniform", "learned"] = "length"
-    n_iter: int = 1  # EM iterations of value inference (Eq. 14–15)
-    positive: ClassVar[tuple[str, ...]] = ("alpha", "beta", "n_iter")
+from probtrans.specs import GaussianMixtureOptions
 
 
 @dataclass
@@ -216,10 +202,8 @@ class GaussianMixtureAttention(MultiHeadAttention):
     tokens; the output is the EM estimate of the values (Eq. 13–15).
     """
 
-    def __init__(
-        self, d_model: int, n_heads: int, options: GaussianMixtureOptions, site_prefix: str
-    ) -> None:
-        super().__init__(d_model, n_heads, site_prefix)
+    def __init__(self, d_model: int, n_heads: int, options: GaussianMixtureOptions) -> None:
+        super().__init__(d_model, n_heads)
         self.units = MixtureUnits(options, n_heads, self.d_head, self.d_head)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None) -> Tensor:

@@ -89,6 +89,16 @@ class RelaxedOneHotCategoricalStraightThrough(dist.RelaxedOneHotCategoricalStrai
         return QuantizeCategorical.apply(soft)
 
 
+def relaxed_one_hot(temperature: float, logits: Tensor, hard: bool) -> dist.Distribution:
+    """Row-wise (straight-through) relaxed one-hot categorical with event shape (H, L, K).
+
+    logits: (B, H, L, K). Batch shape is (B,), so the site sits in the data plate.
+    """
+    tau = torch.tensor(temperature, dtype=logits.dtype, device=logits.device)
+    cls = RelaxedOneHotCategoricalStraightThrough if hard else RelaxedOneHotCategorical
+    return cls(tau, logits=logits).to_event(2)
+
+
 def fused_relaxed_attention(
     q: Tensor,
     k: Tensor,

@@ -8,48 +8,29 @@ Per head, with centroids C ∈ R^{d_h × c}:
     â_v ~ RelaxedOneHotCategorical(τ₂, logits = q k̂ᵀ)     (Eq. 16)   (B, H, L, L)
     h   = â_v v                                            (Eq. 17)
 The authors' code shares one centroid matrix per layer across heads with c = 2; ``centroids =
-"head"`` gives each head its own. Under :func:`~probtrans.attention.base.fused_attention`, Eq.
+"head"`` gives each head its own. Under :func:`~probtrans.contract.fused_attention`, Eq.
 16–17 run as one fused kernel (:mod:`probtrans.attention.gumbel`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar, Literal
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from probtrans.attention.base import (
-    MultiHeadAttention,
-    fused_attention_enabled,
-    masked_logits,
-    relaxed_one_hot,
-    sample_attention,
-)
-from probtrans.attention.gumbel import fused_relaxed_attention
-
-
-@dataclass
-class HierarchicalOptions:
-    kind: Literal["h_sto"] = "h_sto"
-    tau1: float = 1.0  # temperature of the attention of keys over centroids
-    tau2: float = 1.0  # temperature of the attention of queries over values
-    n_centroids: int = 2
-    centroids: Literal["layer", "head"] = "layer"  # one centroid matrix per layer, or per head
-    hard: bool = False  # straight-through one-hot samples at both levels
-    dropout: float = 0.0  # dropout on the sampled value attention
-    positive: ClassVar[tuple[str, ...]] = ("tau1", "tau2", "n_centroids")
+from probtrans.attention.base import MultiHeadAttention, masked_logits
+from probtrans.attention.gumbel import fused_relaxed_attention, relaxed_one_hot
+from probtrans.contract import fused_attention_enabled, sample_attention
+from probtrans.specs import HierarchicalOptions
 
 
 class HierarchicalAttention(MultiHeadAttention):
-    """Two sample sites per layer: ``{prefix}.a_c`` (H, L, c) and ``{prefix}.a_v`` (H, L, L)."""
+    """Two sample sites per layer: ``a_c`` (H, L, c) and ``a_v`` (H, L, L)."""
 
     sample_sites = ("a_c", "a_v")
 
-    def __init__(self, d_model: int, n_heads: int, options: HierarchicalOptions, site_prefix: str):
-        super().__init__(d_model, n_heads, site_prefix)
+    def __init__(self, d_model: int, n_heads: int, options: HierarchicalOptions) -> None:
+        super().__init__(d_model, n_heads)
         self.tau1, self.tau2 = options.tau1, options.tau2
         self.hard = options.hard
         self.dropout = options.dropout

@@ -1,4 +1,4 @@
-"""SGPA: sparse Gaussian-process attention (Chen & Li, ICLR 2023; DESIGN.md §3).
+"""SGPA: sparse Gaussian-process attention (Chen & Li, ICLR 2023).
 
 Kernel attention F = K(q, k) v is the posterior mean of a sparse variational GP whose inducing
 inputs are the keys; SGPA also uses its posterior covariance, so a transformer of SGPA layers is
@@ -13,10 +13,10 @@ learnable global inducing locations Z_g give the global keys k_g = G(Z_g) W_qk. 
 global inducing variables are ONE global Pyro sample site per layer, ``{module}.u_g`` (e.g.
 ``encoder.layers.0.attn.u_g``), event shape (H, d_head, M_g), prior N(0, I); its guide is chosen
 by name (``guide.inducing``: cholesky / diagonal / delta, :mod:`probtrans.gp.guides`). Given u_g,
-the output is the local, self-guided site ``layers.{i}.attn.f`` (event (H, d_head, T)), the
+the output is the local, self-guided site ``{module}.f`` (event (H, d_head, T)), the
 conditional p(F | u_g) of :mod:`probtrans.gp.decoupled`: its guide is itself, as in any SVGP
 where q(f, u) = p(f | u) q(u). The amortised part of the decoupled KL enters the ELBO through
-the factor ``kl_term("layers.{i}.attn.kl_amortised", ½ Σ_{h,d} v_aᵀ (K_aa − K_ag K_gg⁻¹ K_ga) v_a)``
+the factor ``kl_term("{module}.kl_amortised", ½ Σ_{h,d} v_aᵀ (K_aa − K_ag K_gg⁻¹ K_ga) v_a)``
 inside the data plate, once per sequence.
 
 ``sgpa_standard`` — :class:`StandardSGPAttention` (§3.2): the input keys are the inducing points,
@@ -30,7 +30,7 @@ cannot call the block's own map on Z_g; G is a LayerNorm of the layer's own, whi
 locations on the same normalised manifold as the token inputs. (The authors' code applies the
 previous block's MLP + residual + LayerNorm to Z_g.)
 
-KL weights (see :class:`probtrans.config.ElboSpec`). The per-dataset ELBO (``kl_weight = 1``)
+KL weights (see :class:`probtrans.specs.ElboSpec`). The per-dataset ELBO (``kl_weight = 1``)
 is E[log p(y | ·)] summed over the data − KL(q(u_g) ‖ p(u_g)) − Σ_n KL_amortised,n. The authors
 minimise mean NLL + KL_global + mean_batch KL_amortised (KL not divided by the data-set size); times
 N this is Σ NLL + N·KL_global + Σ_n KL_amortised,n: the global KL N_train times stronger
@@ -43,46 +43,19 @@ weighting with their linear annealing over half of the epochs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar, Literal
-
 import pyro.distributions as dist
 import torch
 import torch.nn.functional as F
-from pyro.nn import PyroModule, PyroSample
+from pyro.nn import PyroSample
 from torch import Tensor, nn
 
-from probtrans.attention.base import MultiHeadAttention, kl_term, sample_attention
+from probtrans.attention.base import MultiHeadAttention
+from probtrans.contract import kl_term, sample_attention
 from probtrans.gp.decoupled import decoupled_conditional
-from probtrans.gp.kernels import KernelName, head_kernel
+from probtrans.gp.kernels import head_kernel
 from probtrans.gp.standard import standard_posterior
-
-
-@dataclass
-class SGPAOptions:
-    """``[model.attention]`` of ``kind = "sgpa"``; the specs in ``models/*/sgpa.toml`` set the
-    authors' values per data set."""
-
-    kind: Literal["sgpa"] = "sgpa"
-    kernel: KernelName = "exponential"  # "exponential" (text) or "ard" (images)
-    n_inducing: int = 16  # M_g global inducing points per layer and head
-    lengthscale: float = 1.0  # initial ARD length scales ℓ_i
-    outputscale: float = 1.0  # initial signal variance σ_f²
-    jitter: float = 1e-6  # on K_gg's diagonal; ×10 after every failed Cholesky
-    sampling: Literal["marginal", "full"] = "marginal"  # F | u_g per token, or jointly over tokens
-    positive: ClassVar[tuple[str, ...]] = ("n_inducing", "lengthscale", "outputscale", "jitter")
-
-
-@dataclass
-class StandardSGPAOptions:
-    """Standard SGPA (keys as inducing points); for the complexity comparison."""
-
-    kind: Literal["sgpa_standard"] = "sgpa_standard"
-    kernel: KernelName = "exponential"
-    lengthscale: float = 1.0
-    outputscale: float = 1.0
-    jitter: float = 1e-6  # on K_aa's diagonal; ×10 after every failed Cholesky
-    positive: ClassVar[tuple[str, ...]] = ("lengthscale", "outputscale", "jitter")
+from probtrans.specs import SGPAOptions, StandardSGPAOptions
+from probtrans.specs.attention import KernelName
 
 
 def whitened_prior(layer: DecoupledSGPAttention) -> dist.Distribution:
@@ -93,7 +66,7 @@ def whitened_prior(layer: DecoupledSGPAttention) -> dist.Distribution:
     return dist.MultivariateNormal(loc, scale_tril=eye).to_event(2)
 
 
-class KernelAttention(MultiHeadAttention, PyroModule):
+class KernelAttention(MultiHeadAttention):
     """Shared projection W_qk for queries and keys, W_v for values, a per-head kernel."""
 
     def __init__(
@@ -103,9 +76,8 @@ class KernelAttention(MultiHeadAttention, PyroModule):
         kernel: KernelName,
         lengthscale: float,
         outputscale: float,
-        site_prefix: str,
     ) -> None:
-        super().__init__(d_model, n_heads, site_prefix, fused_qkv=False)  # W_q = W_k instead
+        super().__init__(d_model, n_heads, fused_qkv=False)  # W_q = W_k instead
         self.qk = nn.Linear(d_model, d_model, bias=False)
         self.value = nn.Linear(d_model, d_model, bias=False)
         self.kernel = head_kernel(kernel, n_heads, self.d_head, lengthscale, outputscale)
@@ -130,13 +102,10 @@ class DecoupledSGPAttention(KernelAttention):
     """Decoupled SGPA layer: global site ``u_g`` (H, d_head, M_g), local site ``f``."""
 
     sample_sites = ("f",)
-    #: names (without module prefix) of the global whitened inducing-variable sites
-    inducing_sites: ClassVar[tuple[str, ...]] = ("u_g",)
+    inducing_sites = ("u_g",)
 
-    def __init__(self, d_model: int, n_heads: int, options: SGPAOptions, site_prefix: str):
-        super().__init__(
-            d_model, n_heads, options.kernel, options.lengthscale, options.outputscale, site_prefix
-        )
+    def __init__(self, d_model: int, n_heads: int, options: SGPAOptions) -> None:
+        super().__init__(d_model, n_heads, options.kernel, options.lengthscale, options.outputscale)
         self.jitter = options.jitter
         self.sampling = options.sampling
         self.z_g = nn.Parameter(torch.randn(n_heads, options.n_inducing, d_model))  # Z_g
@@ -166,10 +135,8 @@ class StandardSGPAttention(KernelAttention):
 
     sample_sites = ("u_a",)
 
-    def __init__(self, d_model: int, n_heads: int, options: StandardSGPAOptions, site_prefix: str):
-        super().__init__(
-            d_model, n_heads, options.kernel, options.lengthscale, options.outputscale, site_prefix
-        )
+    def __init__(self, d_model: int, n_heads: int, options: StandardSGPAOptions) -> None:
+        super().__init__(d_model, n_heads, options.kernel, options.lengthscale, options.outputscale)
         self.jitter = options.jitter
         self.scale = nn.Linear(d_model, d_model)  # amortised posterior std σ (after softplus)
 

@@ -3,28 +3,19 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import ClassVar, Literal
 
 import torch.nn.functional as F
 from torch import Tensor
 
 from probtrans.attention.base import MultiHeadAttention
-
-
-@dataclass
-class SoftmaxOptions:
-    kind: Literal["softmax"] = "softmax"
-    tau: float | None = None  # a = softmax(q kᵀ / τ); None means τ = √d_head
-    dropout: float = 0.0  # dropout on attention weights (training, or MC dropout)
-    positive: ClassVar[tuple[str, ...]] = ("tau",)
+from probtrans.specs import SoftmaxOptions
 
 
 class SoftmaxAttention(MultiHeadAttention):
     """a = softmax(q kᵀ / τ), h = a v, through PyTorch's fused ``scaled_dot_product_attention``."""
 
-    def __init__(self, d_model: int, n_heads: int, options: SoftmaxOptions, site_prefix: str):
-        super().__init__(d_model, n_heads, site_prefix)
+    def __init__(self, d_model: int, n_heads: int, options: SoftmaxOptions) -> None:
+        super().__init__(d_model, n_heads)
         self.tau = options.tau or math.sqrt(self.d_head)
         self.dropout = options.dropout
 

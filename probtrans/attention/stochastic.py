@@ -2,45 +2,29 @@
 
 Per head, â ~ RelaxedOneHotCategorical(τ, logits = q kᵀ) row-wise and h = â v; equivalently
 â = softmax((q kᵀ + g) / τ) with g iid Gumbel(0, 1). As in the authors' code there is no 1/√d
-scaling: τ absorbs it. Under :func:`~probtrans.attention.base.fused_attention` (training, and
+scaling: τ absorbs it. Under :func:`~probtrans.contract.fused_attention` (training, and
 Predictive without attention sites) â v comes from the fused kernel of
 :mod:`probtrans.attention.gumbel`, with the same noise and gradients as the site.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar, Literal
-
 import torch.nn.functional as F
 from torch import Tensor
 
-from probtrans.attention.base import (
-    MultiHeadAttention,
-    fused_attention_enabled,
-    masked_logits,
-    relaxed_one_hot,
-    sample_attention,
-)
-from probtrans.attention.gumbel import fused_relaxed_attention
-
-
-@dataclass
-class StochasticOptions:
-    kind: Literal["sto"] = "sto"
-    tau: float = 1.0  # Gumbel-softmax temperature of the attention over values
-    hard: bool = False  # straight-through one-hot samples (authors' CoLA setting)
-    dropout: float = 0.0  # dropout on the sampled attention weights
-    positive: ClassVar[tuple[str, ...]] = ("tau",)
+from probtrans.attention.base import MultiHeadAttention, masked_logits
+from probtrans.attention.gumbel import fused_relaxed_attention, relaxed_one_hot
+from probtrans.contract import fused_attention_enabled, sample_attention
+from probtrans.specs import StochasticOptions
 
 
 class StochasticAttention(MultiHeadAttention):
-    """Attention weights as the sample site ``{prefix}.a_v`` with event shape (H, L, L)."""
+    """Attention weights as the sample site ``a_v`` with event shape (H, L, L)."""
 
     sample_sites = ("a_v",)
 
-    def __init__(self, d_model: int, n_heads: int, options: StochasticOptions, site_prefix: str):
-        super().__init__(d_model, n_heads, site_prefix)
+    def __init__(self, d_model: int, n_heads: int, options: StochasticOptions) -> None:
+        super().__init__(d_model, n_heads)
         self.tau = options.tau
         self.hard = options.hard
         self.dropout = options.dropout

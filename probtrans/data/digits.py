@@ -14,15 +14,21 @@ import torch
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-from probtrans.config import DataSpec
-from probtrans.data import DataBundle, DataSplit
+from probtrans.data.bundle import DataBundle, DataSplit
 from probtrans.errors import ConfigError
+from probtrans.specs import DataSpec
+
+
+def digit_images() -> tuple[np.ndarray, np.ndarray]:
+    """The 1,797 images (N, 8, 8) as float32 in [0, 1], and their classes (N,) in 0–9."""
+    digits = load_digits()
+    return (digits.images / 16.0).astype(np.float32), digits.target
 
 
 def load_digits_bundle(spec: DataSpec) -> DataBundle:
-    digits = load_digits()
-    images = (digits.images / 16.0).astype(np.float32)[:, None]  # (N, 1, 8, 8)
-    targets = digits.target
+    """Train / validation / test of the in-domain classes, and the held-out classes as OOD."""
+    images, targets = digit_images()
+    images = images[:, None]  # (N, 1, 8, 8)
     held_out = sorted(set(spec.ood_classes))
     if not set(held_out) <= set(range(10)) or len(held_out) > 8:
         raise ConfigError(f"data.ood_classes = {spec.ood_classes}: must be at most 8 digits in 0–9")

@@ -1,8 +1,8 @@
-"""Sparse Gaussian-process parts of SGPA on GPyTorch: kernels, the decoupled and standard
-variational layers, and guides for the whitened inducing variables (DESIGN.md §3)."""
+"""Sparse Gaussian-process parts of SGPA (Chen & Li, ICLR 2023) on GPyTorch: kernels, the
+decoupled and standard variational layers, and guides for the whitened inducing variables."""
 
 from probtrans.gp.decoupled import DecoupledConditional, decoupled_conditional
-from probtrans.gp.guides import INDUCING_GUIDES, AutoInducingCholesky, inducing_sites
+from probtrans.gp.guides import INDUCING_GUIDES, AutoInducingCholesky
 from probtrans.gp.kernels import ExponentialKernel, gram, head_kernel
 from probtrans.gp.linalg import decouple_padding, jittered_cholesky
 from probtrans.gp.standard import StandardPosterior, standard_posterior
@@ -17,7 +17,6 @@ __all__ = [
     "decoupled_conditional",
     "gram",
     "head_kernel",
-    "inducing_sites",
     "jittered_cholesky",
     "standard_posterior",
 ]

@@ -1,6 +1,6 @@
 """Decoupled sparse variational GP with amortised mean keys: the heart of decoupled SGPA.
 
-Chen & Li (ICLR 2023), §3.3 Eq. (11); DESIGN.md §3. Per layer and head, with amortised keys
+Chen & Li (ICLR 2023), §3.3 Eq. (11). Per layer and head, with amortised keys
 x_a = q (T of them, from the input sequence; queries are the same points, W_q = W_k), amortised
 values v_a (T × d_v), and M_g global keys x_g shared by all inputs:
 

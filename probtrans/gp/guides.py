@@ -2,10 +2,11 @@
 
 Each decoupled SGPA layer has one global site ``{module}.u_g`` with prior N(0, I) and event shape
 (H, d_head, M_g): one whitened inducing vector ε_hd ∈ R^{M_g} per head h and output dimension d
-(DESIGN.md §3). Every guide starts at the prior's mean, 0; the Gaussian ones with standard
-deviation ``guide.inducing_init_scale`` (default 0.1). Starting at the prior's scale (1) makes every
-SGPA output as noisy as the prior from the first step, and on the digits task the layers then
-collapse to the prior (the KL wins before the likelihood has any signal to follow).
+(Chen & Li 2023, §3.3, in the authors' whitened parameterisation). Every guide starts at the
+prior's mean, 0; the Gaussian ones with standard deviation ``guide.inducing_init_scale``
+(default 0.1). Starting at the prior's scale (1) makes every SGPA output as noisy as the prior
+from the first step, and on the digits task the layers then collapse to the prior (the KL wins
+before the likelihood has any signal to follow).
 
 ============ =================================================================================
 ``cholesky`` q(ε_hd) = N(μ_hd, L_hd L_hdᵀ), L_hd lower triangular with exp'd diagonal: the
@@ -29,7 +30,8 @@ from pyro.infer.autoguide.utils import deep_setattr
 from pyro.nn import PyroModule, PyroParam
 from torch import Tensor, nn
 
-from probtrans.config import GuideSpec
+from probtrans.registry import Registry
+from probtrans.specs import GuideSpec
 
 
 def deep_getattr(obj: nn.Module, name: str) -> Tensor:
@@ -85,6 +87,12 @@ class AutoInducingCholesky(AutoGuide):
         }
 
 
+InducingGuide = Callable[[Callable, GuideSpec], AutoGuide]
+
+#: ``guide.inducing`` → builder(model restricted to the u_g sites, guide spec)
+INDUCING_GUIDES: Registry[InducingGuide] = Registry("inducing guide")
+
+
 def cholesky_guide(model: Callable, spec: GuideSpec) -> AutoGuide:
     return AutoInducingCholesky(model, init_scale=spec.inducing_init_scale)
 
@@ -97,18 +105,6 @@ def delta_guide(model: Callable, spec: GuideSpec) -> AutoGuide:
     return AutoDelta(model, init_loc_fn=init_to_mean)
 
 
-#: ``guide.inducing`` → builder(model restricted to the u_g sites, guide spec)
-INDUCING_GUIDES: dict[str, Callable[[Callable, GuideSpec], AutoGuide]] = {
-    "cholesky": cholesky_guide,
-    "diagonal": diagonal_guide,
-    "delta": delta_guide,
-}
-
-
-def inducing_sites(network: nn.Module) -> list[str]:
-    """Names of the inducing-variable sites of ``network``, e.g. ``encoder.layers.0.attn.u_g``."""
-    return [
-        f"{path}.{site}" if path else site
-        for path, module in network.named_modules()
-        for site in getattr(module, "inducing_sites", ())
-    ]
+INDUCING_GUIDES.register("cholesky", cholesky_guide)
+INDUCING_GUIDES.register("diagonal", diagonal_guide)
+INDUCING_GUIDES.register("delta", delta_guide)

@@ -1,4 +1,4 @@
-"""Per-head kernels of SGPA (Chen & Li 2023, §4; DESIGN.md §3), as GPyTorch kernels.
+"""Per-head kernels of SGPA (Chen & Li, ICLR 2023, §3.1 and §4), as GPyTorch kernels.
 
 Each head has its own kernel hyperparameters: the kernels carry ``batch_shape = (H,)`` and act on
 per-head inputs of shape (..., H, T, d_head). The signal variance σ_f² is GPyTorch's
@@ -13,11 +13,11 @@ definite on the keys, which is what makes kernel attention the mean of a sparse 
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from gpytorch.kernels import Kernel, RBFKernel, ScaleKernel
 from torch import Tensor
+
+from probtrans.specs.attention import KernelName
 
 
 class ExponentialKernel(Kernel):
@@ -36,9 +36,6 @@ class ExponentialKernel(Kernel):
         if diag:
             return (x1_ * x2_).sum(-1).exp()
         return (x1_ @ x2_.transpose(-1, -2)).exp()
-
-
-KernelName = Literal["exponential", "ard"]
 
 
 def head_kernel(

@@ -1,6 +1,6 @@
 """Standard SGPA: the input keys themselves are the inducing points, with amortised covariance.
 
-Chen & Li (ICLR 2023), §3.2 Eq. (10); DESIGN.md §3. With queries = keys (W_q = W_k), the T keys
+Chen & Li (ICLR 2023), §3.2 Eq. (10). With queries = keys (W_q = W_k), the T keys
 x_a of a sequence are the inducing inputs, and every sequence needs its own variational
 parameters: the mean basis [v_a]_d = K_aa⁻¹ m_u and an input-dependent covariance S_d. Whitened,
 as for the decoupled layer: L_K L_Kᵀ = K_aa + jitter·I, u_d = L_K ε_d and

@@ -9,19 +9,14 @@ without propagation the expected accuracy does not depend on k and any gain is p
 ``"errors"`` fixes the model's mistakes first (a realistic annotator; both columns then rise).
 The sets are nested: the first k of one random order per image.
 
-    probtrans corrections [SPEC] [--out DIR] [--ks 0,1,2,5,10,20] [--n-test N]
-                                    [--seed S]
-
-trains the model of SPEC (or reloads it from DIR/model.pt when trained from the same settings),
-prints the table and writes DIR/corrections.json and DIR/corrections.png.
+``probtrans corrections`` (:func:`run`) trains the model of a spec (or reloads it from
+``DIR/model.pt`` when it was trained from the same settings), prints the table and writes
+``DIR/corrections.json`` and ``DIR/corrections.png``.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -29,23 +24,11 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from probtrans.checkpoint import atomic_write, load_checkpoint, save_checkpoint
-from probtrans.errors import ConfigError, ProbtransError
-from probtrans.segmentation import (
-    N_PIXELS,
-    CorrectionSpec,
-    SegmentationData,
-    SegmentationModel,
-    SegmentationSpec,
-    check_ks,
-    correct,
-    load_segmentation_data,
-    load_segmentation_spec,
-    train_segmentation,
-    training_fingerprint,
-)
-
-DEFAULT_SPEC = "models/digits_segmentation/gaussian_mixture.toml"
+from probtrans.checkpoint import load_checkpoint, save_checkpoint
+from probtrans.io import save_png, write_json
+from probtrans.segmentation.data import SegmentationData, load_segmentation_data
+from probtrans.segmentation.model import SegmentationModel, correct, train_segmentation
+from probtrans.segmentation.spec import N_PIXELS, CorrectionSpec, SegmentationSpec
 
 
 def annotator_order(
@@ -87,15 +70,17 @@ def corrections_curve(
         n = uncorrected.sum(1)  # (N,) = 64 − k
         with_prop = ((after == labels) & uncorrected).sum(1) / n
         without = ((before == labels) & uncorrected).sum(1) / n
-        rows.append({
-            "k": k,
-            "accuracy": with_prop.mean().item(),
-            "accuracy_sem": sem(with_prop),
-            "accuracy_without_propagation": without.mean().item(),
-            "accuracy_without_propagation_sem": sem(without),
-            "gain": (with_prop - without).mean().item(),
-            "gain_sem": sem(with_prop - without),  # paired over images
-        })
+        rows.append(
+            {
+                "k": k,
+                "accuracy": with_prop.mean().item(),
+                "accuracy_sem": sem(with_prop),
+                "accuracy_without_propagation": without.mean().item(),
+                "accuracy_without_propagation_sem": sem(without),
+                "gain": (with_prop - without).mean().item(),
+                "gain_sem": sem(with_prop - without),  # paired over images
+            }
+        )
     return {"selection": spec.selection, "n_test": len(labels), "rows": rows}
 
 
@@ -119,17 +104,25 @@ def save_plot(curve: dict, path: Path, title: str) -> None:
     ks = [row["k"] for row in curve["rows"]]
     fig = Figure(figsize=(5, 3.5))
     ax = fig.subplots()
-    for key, label in (("accuracy", "with propagation (Eq. 35–38)"),
-                       ("accuracy_without_propagation", "without propagation")):
-        ax.errorbar(ks, [r[key] for r in curve["rows"]], [r[f"{key}_sem"] for r in curve["rows"]],
-                    marker="o", capsize=3, label=label)
+    for key, label in (
+        ("accuracy", "with propagation (Eq. 35–38)"),
+        ("accuracy_without_propagation", "without propagation"),
+    ):
+        ax.errorbar(
+            ks,
+            [r[key] for r in curve["rows"]],
+            [r[f"{key}_sem"] for r in curve["rows"]],
+            marker="o",
+            capsize=3,
+            label=label,
+        )
     ax.set_xlabel("pixels corrected by the annotator (k)")
     ax.set_ylabel("accuracy on uncorrected pixels")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
+    save_png(fig, path)
 
 
 def trained_model(
@@ -137,8 +130,8 @@ def trained_model(
 ) -> tuple[SegmentationModel, bool]:
     """Reload DIR/model.pt if it was trained from the same settings, else train and save it."""
     path = out / "model.pt"
-    fingerprint = json.dumps(training_fingerprint(spec), sort_keys=True)
-    model = SegmentationModel(spec.model)
+    fingerprint = json.dumps(spec.training_fingerprint(), sort_keys=True)
+    model = SegmentationModel(spec.network)
     if path.is_file():
         saved = load_checkpoint(path)
         if saved.get("fingerprint") == fingerprint:
@@ -147,15 +140,6 @@ def trained_model(
     model = train_segmentation(spec, data)
     save_checkpoint(path, {"fingerprint": fingerprint, "state": model.state_dict()})
     return model, False
-
-
-def parse_ks(text: str) -> list[int]:
-    try:
-        ks = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise ConfigError(f"--ks = {text!r}: must be integers separated by commas") from None
-    check_ks(ks, "--ks")
-    return ks
 
 
 def run(spec: SegmentationSpec, out: Path) -> dict:
@@ -169,62 +153,21 @@ def run(spec: SegmentationSpec, out: Path) -> dict:
         model, data.test_noisy[:n], data.test_labels[:n], spec.corrections, spec.seed
     )
     result = {
-        "spec": spec.path,
+        "spec": spec.file,
         "seed": spec.seed,
-        "data": dataclasses.asdict(spec.data),
-        "corrections": dataclasses.asdict(spec.corrections),
+        "data": spec.data.model_dump(),
+        "corrections": spec.corrections.model_dump(),
         "n_pixels": N_PIXELS,
         "model_reloaded": reloaded,
         "train_or_load_seconds": round(trained - start, 2),
         **curve,
         "wall_seconds": round(time.perf_counter() - start, 2),
     }
-    atomic_write(out / "corrections.json",
-                 lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n"))
-    save_plot(curve, out / "corrections.png",
-              f"{Path(spec.path).name}: digits, noise σ = {spec.data.noise_std}, "
-              f"distractor contrast {spec.data.distractor_contrast}")
-    return result
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="probtrans corrections",
-        description="Accuracy on uncorrected pixels as an annotator corrects k pixels.",
+    write_json(out / "corrections.json", result)
+    save_plot(
+        curve,
+        out / "corrections.png",
+        f"{Path(spec.file).name}: digits, noise σ = {spec.data.noise_std}, "
+        f"distractor contrast {spec.data.distractor_contrast}",
     )
-    parser.add_argument("spec", nargs="?", default=DEFAULT_SPEC, help="segmentation model spec")
-    parser.add_argument("--out", default="runs/corrections", help="output directory")
-    parser.add_argument("--ks", help="numbers of corrected pixels, e.g. 0,1,2,5,10,20")
-    parser.add_argument("--n-test", type=int, help="test images evaluated")
-    parser.add_argument("--seed", type=int, help="seed of training, test noise and annotator")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
-    try:
-        spec = load_segmentation_spec(args.spec)
-        if args.ks is not None:
-            spec.corrections.ks = parse_ks(args.ks)
-        if args.n_test is not None:
-            if not 2 <= args.n_test <= spec.data.n_test:
-                raise ConfigError(
-                    f"--n-test = {args.n_test}: must be in 2..{spec.data.n_test} "
-                    f"(data.n_test of {spec.path})"
-                )
-            spec.corrections.n_test = args.n_test
-        if args.seed is not None:
-            spec.seed = args.seed
-        result = run(spec, Path(args.out))
-    except ProbtransError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(format_table(result))
-    out = Path(args.out)
-    print(f"wall time {result['wall_seconds']:.1f} s (training or reloading "
-          f"{result['train_or_load_seconds']:.1f} s); wrote {out / 'corrections.json'} and "
-          f"{out / 'corrections.png'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return result

@@ -19,22 +19,14 @@ from pyro.infer import Predictive
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from probtrans.attention import attention_sites
 from probtrans.data import DataSplit
+from probtrans.inference.objective import self_guided
 from probtrans.model import Classifier
-from probtrans.objective import self_guided
 
 with warnings.catch_warnings():  # ArviZ 0.23 announces its 1.0 refactor on import
     warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
     import arviz as az
-
-
-def attention_sites(classifier: Classifier) -> list[str]:
-    """Names of the attention sample sites of ``classifier``, e.g. ``layers.0.attn.a_v``."""
-    names = []
-    for layer in classifier.encoder.layers:
-        attn = layer.attn
-        names += [attn.site(s) for s in attn.sample_sites]
-    return names
 
 
 @torch.no_grad()
@@ -89,13 +81,13 @@ def predict(
     Returns ``probs`` (S, N, C), ``obs`` (S, N), the ``extra_sites`` (e.g. ``features``) and, with
     ``attention=True``, every attention site (S, N, H, L, ·).
     """
-    sites = ["probs", "obs", *extra_sites]
-    sites += attention_sites(classifier) if attention else []
+    local_sites = attention_sites(classifier)
+    sites = ["probs", "obs", *extra_sites, *(local_sites if attention else [])]
     model = classifier if attention else self_guided(classifier)
     draws = posterior_draws(guide, samples, split) if draws is None else draws
     folded = is_point_mass(draws)
     # without local randomness a point-mass posterior has one predictive: compute it once
-    local = mc_dropout or any(layer.attn.sample_sites for layer in classifier.encoder.layers)
+    local = mc_dropout or bool(local_sites)
     replicas = samples if local else 1
     # one (draw, replicas) pair per pass over a batch
     passes = [(0, replicas)] if folded else [(s, 1) for s in range(samples)]

@@ -7,11 +7,12 @@ without running the network twice: the attention sites are hidden from the ELBO'
 Pyro draws them (reparameterised) from the model's own distribution inside the single model
 pass and never computes their log-density (STO / H-STO even skip forming the weights: see
 :mod:`probtrans.attention.gumbel`). Guides are built on the same hidden model, so they
-only ever see global sites.
+only ever see global sites. Which sites are self-guided is the model's side of
+:mod:`probtrans.contract`.
 
 :class:`KLWeight` multiplies the log-densities of all remaining latent sites (model prior and
 guide alike) by β·a_t, giving E_q[log p(y | ·)] − β·a_t KL(q(W) ‖ p(W)), and the per-example
-KL terms added with :func:`probtrans.attention.base.kl_term` (e.g. SGPA's amortised KL) by a_t;
+KL terms added with :func:`probtrans.contract.kl_term` (e.g. SGPA's amortised KL) by a_t;
 the annealing factor a_t can change between steps (linear warm-up from 0 to 1).
 """
 
@@ -24,19 +25,15 @@ from pyro import poutine
 from pyro.infer import ELBO, Trace_ELBO, TraceMeanField_ELBO
 from pyro.poutine.messenger import Messenger
 
-from probtrans.attention.base import KL_TERM, SELF_GUIDED, fused_attention
-from probtrans.config import ElboSpec
-
-
-def is_self_guided(msg: dict) -> bool:
-    return msg["type"] == "sample" and bool(msg["infer"].get(SELF_GUIDED, False))
+from probtrans.contract import fused_attention, is_kl_term, is_self_guided
+from probtrans.specs import ElboSpec
 
 
 def self_guided(model: Callable) -> Callable:
     """``model`` with its attention sites integrated by their own conditional distribution.
 
     The sites are hidden, so stochastic attention may take its fused path
-    (:func:`probtrans.attention.base.fused_attention`).
+    (:func:`probtrans.contract.fused_attention`).
     """
     blocked = poutine.block(model, hide_fn=is_self_guided)
 
@@ -61,7 +58,7 @@ class KLWeight(Messenger):
             return
         if not msg["is_observed"]:
             msg["scale"] = msg["scale"] * self.weight * self.annealing
-        elif msg["infer"].get(KL_TERM, False):
+        elif is_kl_term(msg):
             msg["scale"] = msg["scale"] * self.annealing
 
 

@@ -1,0 +1,98 @@
+"""The posterior predictive of a trained classifier and its post-hoc variants.
+
+From one set of trained weights and S posterior draws of its global sites, on the validation,
+in-domain test and out-of-domain splits:
+
+- ``plain``: the posterior predictive of the model and guide;
+- ``mc_dropout``: the same with dropout kept on (Gal & Ghahramani 2016), a baseline of both
+  papers;
+- ``laplace``: the last-layer Laplace approximation around the trained head
+  (:mod:`probtrans.inference.laplace`; Daxberger et al. 2021), the SGPA paper's KFLLLA baseline
+  and SNGP's posterior.
+
+The variants asked for are the inference spec's ``[predictive] posthoc``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from probtrans.data import DataBundle
+from probtrans.inference.laplace import LastLayerLaplace
+from probtrans.inference.predictive import posterior_draws, predict
+from probtrans.model import Classifier
+from probtrans.specs import PredictiveSpec
+from probtrans.summary import SPLITS
+
+Probs = dict[str, dict[str, np.ndarray]]  # variant → split → (S, N, C)
+
+
+def posterior_predictives(
+    classifier: Classifier,
+    guide: Callable,
+    data: DataBundle,
+    spec: PredictiveSpec,
+    samples: int,
+    device: str = "cpu",
+    progress: bool = False,
+) -> tuple[Probs, dict[str, dict[str, np.ndarray]]]:
+    """Class probabilities of the ``plain`` predictive and of ``spec.posthoc``'s variants, and
+    every site of the plain predictive per split (for the InferenceData)."""
+    laplace = "laplace" in spec.posthoc
+    splits = {split: getattr(data, split) for split in SPLITS}
+    draws = posterior_draws(guide, samples, data.test)  # the same S draws everywhere
+
+    def on(split: str, **options: Any) -> dict[str, np.ndarray]:
+        return predict(
+            classifier,
+            guide,
+            splits[split],
+            samples,
+            spec.batch_size,
+            device,
+            draws=draws,
+            progress=progress,
+            **options,
+        )
+
+    plain = {split: on(split, extra_sites=("features",) if laplace else ()) for split in SPLITS}
+    probs = {"plain": {split: out["probs"] for split, out in plain.items()}}
+    if "mc_dropout" in spec.posthoc:
+        probs["mc_dropout"] = {split: on(split, mc_dropout=True)["probs"] for split in SPLITS}
+    if laplace:
+        features = {split: out.pop("features") for split, out in plain.items()}
+        probs["laplace"] = last_layer_laplace(classifier, guide, data, spec, draws, features)
+    return probs, plain
+
+
+def last_layer_laplace(
+    classifier: Classifier,
+    guide: Callable,
+    data: DataBundle,
+    spec: PredictiveSpec,
+    draws: dict[str, Tensor],
+    features: dict[str, np.ndarray],
+) -> dict[str, np.ndarray]:
+    """Last-layer Laplace predictive from the plain predictive's feature draws (S, N, D)."""
+    train = predict(
+        classifier,
+        guide,
+        data.train,
+        1,
+        spec.batch_size,
+        extra_sites=("features",),
+        draws={name: value[:1] for name, value in draws.items()},
+    )["features"][0]
+    weight = draws["head.weight"][0] if "head.weight" in draws else classifier.head.weight
+    bias = draws["head.bias"][0] if "head.bias" in draws else classifier.head.bias
+    posterior = LastLayerLaplace.fit(torch.as_tensor(train), weight, bias)
+    if spec.laplace_prior_precision:
+        posterior.prior_precision = spec.laplace_prior_precision
+    else:
+        posterior.fit_prior_precision(torch.as_tensor(features["val"]), data.val.labels.numpy())
+    return {split: posterior.predictive(torch.as_tensor(f)) for split, f in features.items()}

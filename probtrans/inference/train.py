@@ -1,0 +1,330 @@
+"""SVI training loop: ELBO, optimiser with a learning-rate schedule, KL weight and annealing,
+validation after every epoch, early stopping, best-state checkpoints, and resumption.
+
+Each step minimises ``elbo.differentiable_loss(model, guide, ...)`` with a PyTorch optimiser over
+the classifier's and the guide's parameters (Pyro's loop for PyroModules that keep their
+parameters locally; see :mod:`probtrans.contract`). With a :class:`Resumable`, the whole training
+state is saved after every epoch and an interrupted fit continues from its last finished epoch,
+drawing the same batches and random numbers it would have drawn without the interruption.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pyro
+import pyro.util
+import torch
+from pyro.optim.clipped_adam import ClippedAdam
+from tqdm.auto import tqdm
+
+from probtrans import metrics
+from probtrans.checkpoint import load_checkpoint, save_checkpoint
+from probtrans.data import DataBundle
+from probtrans.inference.guide import build_guide
+from probtrans.inference.objective import KLWeight, make_elbo, self_guided
+from probtrans.inference.predictive import predict
+from probtrans.model import Classifier
+from probtrans.specs import InferenceSpec, OptimSpec
+
+
+@dataclass
+class BestState:
+    """The classifier and guide at the epoch with the best validation metric."""
+
+    model_state: dict
+    guide_state: dict
+    epoch: int
+    val_metric: float
+
+
+@dataclass
+class TrainingState:
+    """Where a fit stands after an epoch. Its fields and the keys of
+    :meth:`SVITraining.stateful` are the keys of the resume file."""
+
+    epoch: int = 0
+    stopped: bool = False  # early stopping ended the fit
+    bad_epochs: int = 0  # epochs since the best one
+    seconds: float = 0.0  # training time, summed over resumed sessions
+    history: list[dict] = field(default_factory=list)  # one record per epoch
+    best: BestState | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        state = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {**state, "best": None if self.best is None else vars(self.best)}
+
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> TrainingState:
+        state = {f.name: saved[f.name] for f in dataclasses.fields(cls)}
+        best = None if state["best"] is None else BestState(**state["best"])
+        return cls(**{**state, "best": best})
+
+
+@dataclass
+class TrainResult:
+    guide: Callable
+    history: list[dict]
+    best: BestState
+    seconds: float  # training time, summed over resumed sessions
+
+
+@dataclass
+class Resumable:
+    """A file where :func:`fit` saves its whole state after every epoch, and the identity
+    (e.g. specs, seed, epochs) that a saved state must match to be continued.
+
+    ``saved`` is the state found in the file when it was opened, or None when there is none or it
+    belongs to another fit.
+    """
+
+    path: Path
+    identity: dict[str, Any]
+    saved: dict[str, Any] | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.path.is_file():
+            state = load_checkpoint(self.path)
+            if state.get("identity") == self.identity:
+                self.saved = state
+
+    def save(self, state: dict[str, Any]) -> None:
+        save_checkpoint(self.path, {"identity": self.identity, **state})
+
+
+class Stateful(Protocol):
+    def state_dict(self) -> Any: ...
+
+    def load_state_dict(self, state: Any) -> Any: ...
+
+
+class GeneratorState:
+    """A ``torch.Generator`` (the batch order) as a :class:`Stateful`."""
+
+    def __init__(self, generator: torch.Generator) -> None:
+        self.generator = generator
+
+    def state_dict(self) -> torch.Tensor:
+        return self.generator.get_state()
+
+    def load_state_dict(self, state: torch.Tensor) -> None:
+        self.generator.set_state(state)
+
+
+class GlobalRNGState:
+    """Pyro's torch / random / numpy generators as a :class:`Stateful` of plain data (numpy's
+    keys as a tensor), so that the resume file loads with ``weights_only``."""
+
+    def state_dict(self) -> dict[str, Any]:
+        state = pyro.util.get_rng_state()
+        name, keys, *rest = state["numpy"]
+        return {**state, "numpy": (name, torch.from_numpy(keys.astype(np.int64)), *rest)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        name, keys, *rest = state["numpy"]
+        pyro.util.set_rng_state({**state, "numpy": (name, keys.numpy().astype(np.uint32), *rest)})
+
+
+def make_optimizer(
+    spec: OptimSpec, params: list[torch.nn.Parameter], total_steps: int
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """Adam or Pyro's ClippedAdam, and a per-step schedule (constant, cosine decay, exponential)."""
+    if spec.name == "clipped_adam":
+        optimizer = ClippedAdam(
+            params, lr=spec.lr, weight_decay=spec.weight_decay, clip_norm=spec.clip_norm
+        )
+    else:
+        optimizer = torch.optim.Adam(params, lr=spec.lr, weight_decay=spec.weight_decay)
+
+    def factor(step: int) -> float:
+        if spec.schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * min(step, total_steps) / total_steps))
+        if spec.schedule == "exponential":
+            return spec.gamma**step
+        return 1.0
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def kl_annealing_at(spec: InferenceSpec, epoch_progress: float) -> float:
+    """Factor on every KL term after ``epoch_progress`` epochs: linear from 0 to 1 over
+    ``kl_anneal_epochs`` (always 1 without annealing)."""
+    if spec.elbo.kl_anneal_epochs == 0:
+        return 1.0
+    return min(1.0, epoch_progress / spec.elbo.kl_anneal_epochs)
+
+
+def improves(value: float, best: BestState | None, monitor: str) -> bool:
+    """Whether a validation ``monitor`` value beats the best state (lower NLL, else higher)."""
+    if best is None:
+        return True
+    return value < best.val_metric if monitor == "nll" else value > best.val_metric
+
+
+def validation_metric(
+    classifier: Classifier, guide: Callable, data: DataBundle, spec: InferenceSpec, device: str
+) -> dict[str, float]:
+    probs = predict(
+        classifier, guide, data.val, spec.train.val_samples, spec.predictive.batch_size, device
+    )["probs"]
+    mean = metrics.predictive_mean(probs)
+    labels = data.val.labels.numpy()
+    return {
+        "val_accuracy": metrics.accuracy(mean, labels),
+        "val_mcc": metrics.mcc(mean, labels),
+        "val_nll": metrics.nll(mean, labels),
+    }
+
+
+class SVITraining:
+    """The objects of one fit: self-guided model, guide, KL weight, ELBO, optimiser, schedule and
+    the generator of the batch order."""
+
+    def __init__(
+        self, classifier: Classifier, data: DataBundle, spec: InferenceSpec, seed: int, device: str
+    ) -> None:
+        self.classifier, self.data, self.spec, self.device = classifier, data, spec, device
+        self.guide = build_guide(classifier, spec.guide, data.train, device)
+        n_train = len(data.train)
+        scale = n_train if spec.elbo.kl_scale == "authors" else 1
+        self.kl = KLWeight(spec.elbo.kl_weight * scale)
+        self.model, self.weighted_guide = self.kl(self_guided(classifier)), self.kl(self.guide)
+        self.elbo = make_elbo(spec.elbo)
+        self.steps_per_epoch = math.ceil(n_train / spec.train.batch_size)
+        params = list(classifier.parameters()) + list(self.guide.parameters())
+        total = spec.train.epochs * self.steps_per_epoch
+        self.optimizer, self.schedule = make_optimizer(spec.optim, params, total)
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def stateful(self) -> dict[str, Stateful]:
+        """Everything with a state that changes during training, by its key in the resume file."""
+        return {
+            "model_state": self.classifier,
+            "guide_state": self.guide,
+            "optimizer": self.optimizer,
+            "schedule": self.schedule,
+            "generator": GeneratorState(self.generator),
+            "rng": GlobalRNGState(),
+        }
+
+    def epoch(self, epoch: int, progress: bool) -> float:
+        """One pass over the shuffled training data; returns the mean ELBO per example."""
+        n_train, train = len(self.data.train), self.spec.train
+        self.classifier.train()
+        batches = self.data.train.batches(
+            train.batch_size,
+            shuffle=True,
+            generator=self.generator,
+            by_length=train.group_by_length,
+        )
+        bar = tqdm(
+            batches,
+            total=self.steps_per_epoch,
+            desc=f"epoch {epoch}",
+            unit="step",
+            leave=False,
+            disable=not progress,
+        )
+        total = 0.0
+        for step, (index, inputs, mask, labels) in enumerate(bar):
+            self.kl.annealing = kl_annealing_at(self.spec, epoch - 1 + step / self.steps_per_epoch)
+            inputs, labels = inputs.to(self.device), labels.to(self.device)
+            mask = None if mask is None else mask.to(self.device)
+            self.optimizer.zero_grad()
+            loss = self.elbo.differentiable_loss(
+                self.model,
+                self.weighted_guide,
+                inputs,
+                mask,
+                labels,
+                index=index.to(self.device),
+                n_data=n_train,
+            )
+            loss.backward()
+            self.optimizer.step()
+            self.schedule.step()
+            total += loss.item()
+        self.classifier.eval()
+        return -total / self.steps_per_epoch / n_train
+
+    def best_state(self, epoch: int, value: float) -> BestState:
+        return BestState(
+            copy.deepcopy(self.classifier.state_dict()),
+            copy.deepcopy(self.guide.state_dict()),
+            epoch,
+            value,
+        )
+
+
+def fit(
+    classifier: Classifier,
+    data: DataBundle,
+    spec: InferenceSpec,
+    *,
+    seed: int = 0,
+    device: str = "cpu",
+    on_improve: Callable[[BestState], None] | None = None,
+    resumable: Resumable | None = None,
+    progress: bool = True,
+) -> TrainResult:
+    """Train ``classifier`` on ``data.train`` by SVI; keep the best state on validation.
+
+    ``on_improve`` is called with every new best state (e.g. to write a checkpoint). With
+    ``resumable``, the state is saved there after every epoch, and a matching saved state is
+    continued instead of starting over.
+    """
+    pyro.set_rng_seed(seed)
+    classifier.to(device)
+    svi = SVITraining(classifier, data, spec, seed, device)
+    state = TrainingState()
+    if resumable is not None and resumable.saved is not None:
+        state = TrainingState.from_dict(resumable.saved)
+        for key, stateful in svi.stateful().items():
+            stateful.load_state_dict(resumable.saved[key])
+    last = state.epoch if state.stopped else spec.train.epochs
+    monitor = f"val_{spec.train.monitor}"
+    bar = tqdm(
+        range(state.epoch + 1, last + 1),
+        desc="SVI",
+        unit="epoch",
+        initial=state.epoch,
+        total=last,
+        disable=not progress,
+    )
+    for epoch in bar:
+        started = time.perf_counter()
+        record = {
+            "epoch": epoch,
+            "elbo": svi.epoch(epoch, progress),
+            "kl_annealing": svi.kl.annealing,
+        }
+        record.update(validation_metric(classifier, svi.guide, data, spec, device))
+        state.history.append(record)
+        value = record[monitor]
+        if improves(value, state.best, spec.train.monitor):
+            state.best, state.bad_epochs = svi.best_state(epoch, value), 0
+            if on_improve is not None:
+                on_improve(state.best)
+        else:
+            state.bad_epochs += 1
+        bar.set_postfix(elbo=f"{record['elbo']:.3f}", **{monitor: f"{value:.4f}"})
+        state.epoch = epoch
+        state.stopped = bool(spec.train.patience) and state.bad_epochs >= spec.train.patience
+        state.seconds += time.perf_counter() - started
+        if resumable is not None:
+            stateful = {key: item.state_dict() for key, item in svi.stateful().items()}
+            resumable.save({**state.as_dict(), **stateful})
+        if state.stopped:
+            break
+    bar.close()
+    classifier.load_state_dict(state.best.model_state)
+    svi.guide.load_state_dict(state.best.guide_state)
+    return TrainResult(svi.guide, state.history, state.best, state.seconds)

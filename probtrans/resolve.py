@@ -1,0 +1,59 @@
+"""Name resolution: the names a spec uses (a data set, a guide, an inducing-variable guide) are
+checked against their registries, one layer above them.
+
+:func:`load_model_spec` and :func:`load_inference_spec` read a spec file, check it against its
+schema (:mod:`probtrans.specs`) and then check every registry name in it, so a typo stops a run
+before any data is read, with one line naming the file and the field. :func:`json_schema` gives
+the schema of a spec kind with those names filled in as choices, for editors.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from probtrans.data.sources import DATA_SOURCES
+from probtrans.gp.guides import INDUCING_GUIDES
+from probtrans.guides import GUIDES
+from probtrans.registry import Registry
+from probtrans.specs import InferenceSpec, ModelSpec, read_inference_spec, read_model_spec
+from probtrans.specs.base import SpecFile
+
+#: (dotted field, registry) of every registry name a spec file holds, per spec class
+NAMES: dict[type[SpecFile], list[tuple[str, Registry]]] = {
+    ModelSpec: [("data.name", DATA_SOURCES)],
+    InferenceSpec: [("guide.name", GUIDES), ("guide.inducing", INDUCING_GUIDES)],
+}
+
+
+def check_names(spec: SpecFile) -> None:
+    """Raise ConfigError naming the file and field of the first unknown registry name."""
+    for dotted, registry in NAMES.get(type(spec), []):
+        value: Any = spec.model_dump(by_alias=True)
+        for key in dotted.split("."):
+            value = value[key]
+        registry.get(value, f"{spec.file}: {dotted}")
+
+
+def load_model_spec(path: str | os.PathLike[str]) -> ModelSpec:
+    """Read a model spec (e.g. ``models/digits/h_sto.toml``) and check its names."""
+    spec = read_model_spec(path)
+    check_names(spec)
+    return spec
+
+
+def load_inference_spec(path: str | os.PathLike[str]) -> InferenceSpec:
+    """Read an inference spec (e.g. ``inference/mfvi.toml``) and check its names."""
+    spec = read_inference_spec(path)
+    check_names(spec)
+    return spec
+
+
+def json_schema(cls: type[SpecFile]) -> dict:
+    """JSON Schema of the spec class ``cls`` (TOML names), registry names as ``enum``s."""
+    schema = cls.model_json_schema(by_alias=True, mode="validation")
+    for dotted, registry in NAMES.get(cls, []):
+        table, key = dotted.split(".")
+        definition = schema["$defs"][schema["properties"][table]["$ref"].rsplit("/", 1)[-1]]
+        definition["properties"][key]["enum"] = registry.names()
+    return schema

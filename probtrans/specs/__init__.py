@@ -1,0 +1,73 @@
+"""Spec schemas (pydantic), the bottom layer of probtrans: no torch, no Pyro.
+
+:func:`read_model_spec` and :func:`read_inference_spec` check a file against its schema;
+:func:`probtrans.resolve.load_model_spec` and ``load_inference_spec`` also check the registry
+names it uses.
+"""
+
+from __future__ import annotations
+
+import os
+
+from probtrans.specs.attention import (
+    AttentionOptions,
+    GaussianMixtureOptions,
+    HierarchicalOptions,
+    SGPAOptions,
+    SoftmaxOptions,
+    StandardSGPAOptions,
+    StochasticOptions,
+)
+from probtrans.specs.base import Spec, SpecFile, parse, read_spec, read_toml, updated
+from probtrans.specs.comparison import Comparison, Method
+from probtrans.specs.inference import (
+    ElboSpec,
+    GuideSpec,
+    InferenceSpec,
+    OptimSpec,
+    PredictiveSpec,
+    TrainSpec,
+)
+from probtrans.specs.model import DataSpec, HeadSpec, ModelSpec, NetworkSpec, PriorSpec
+
+
+def read_model_spec(path: str | os.PathLike[str]) -> ModelSpec:
+    """A model spec file checked against its schema (e.g. ``models/digits/h_sto.toml``)."""
+    return read_spec(ModelSpec, path)
+
+
+def read_inference_spec(path: str | os.PathLike[str]) -> InferenceSpec:
+    """An inference spec file checked against its schema (e.g. ``inference/mfvi.toml``)."""
+    return read_spec(InferenceSpec, path)
+
+
+__all__ = [
+    "AttentionOptions",
+    "Comparison",
+    "DataSpec",
+    "ElboSpec",
+    "GaussianMixtureOptions",
+    "GuideSpec",
+    "HeadSpec",
+    "HierarchicalOptions",
+    "InferenceSpec",
+    "Method",
+    "ModelSpec",
+    "NetworkSpec",
+    "OptimSpec",
+    "PredictiveSpec",
+    "PriorSpec",
+    "SGPAOptions",
+    "SoftmaxOptions",
+    "Spec",
+    "SpecFile",
+    "StandardSGPAOptions",
+    "StochasticOptions",
+    "TrainSpec",
+    "parse",
+    "read_inference_spec",
+    "read_model_spec",
+    "read_spec",
+    "read_toml",
+    "updated",
+]

@@ -1,0 +1,220 @@
+"""What every spec shares: strict pydantic models, TOML reading, and one-line errors.
+
+Specs are schema only: types, bounds and cross-field rules, checked by pydantic v2 (unknown keys
+refused, numbers finite, no silent type conversion). A failed check becomes one
+:class:`~probtrans.errors.ConfigError` line naming the file and the dotted field, e.g.
+``models/x.toml: model.attention.tau2 = inf: must be a finite number``. Names that choose an
+implementation (a guide, a data source) are checked against their registries one layer up, by
+:mod:`probtrans.resolve`.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Self, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic_core import PydanticCustomError
+
+from probtrans.errors import ConfigError
+
+Positive = Annotated[float, Field(gt=0)]
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegative = Annotated[float, Field(ge=0)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+Rate = Annotated[float, Field(ge=0, lt=1)]  # dropout rates
+Seed = Annotated[int, Field(ge=0, lt=2**32)]  # numpy and scikit-learn take seeds below 2**32
+
+
+class Spec(BaseModel):
+    """A table of a spec file: unknown keys refused, values neither converted nor infinite."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        allow_inf_nan=False,
+        validate_by_name=True,
+        validate_by_alias=True,
+        use_attribute_docstrings=True,
+    )
+
+
+class SpecFile(Spec):
+    """A whole spec file; :attr:`file` is where it was read from (for messages)."""
+
+    _file: str = PrivateAttr(default="<defaults>")
+
+    @property
+    def file(self) -> str:
+        return self._file
+
+    def located(self, source: str) -> Self:
+        """This spec, recorded as read from ``source`` (a file, or e.g. ``<command line>``)."""
+        self._file = source
+        return self
+
+
+S = TypeVar("S", bound=Spec)
+F = TypeVar("F", bound=SpecFile)
+
+
+def rule(field: str, value: Any, message: str) -> PydanticCustomError:
+    """A cross-field rule broken by ``field`` (dotted, relative to the validated table): raise
+    it from a ``model_validator`` and the message names the field."""
+    return PydanticCustomError(
+        "spec_rule",
+        "{field} = {value}: {message}",
+        {"field": field, "value": value, "message": message},
+    )
+
+
+def read_toml(path: str | os.PathLike[str]) -> dict:
+    """The table of a TOML file; a missing, binary or malformed file raises ConfigError."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file")
+    try:
+        return tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not a TOML file (not UTF-8 text: byte {err.start})") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML ({err})") from None
+
+
+def parse(cls: type[S], table: Any, source: str) -> S:
+    """``table`` validated as ``cls``; ``source`` (a file, an option) starts the error line."""
+    try:
+        return cls.model_validate(table)
+    except ValidationError as err:
+        raise ConfigError(f"{source}: {describe(cls, err)}") from None
+
+
+def read_spec(cls: type[F], path: str | os.PathLike[str]) -> F:
+    """Read the spec file ``path`` as ``cls``."""
+    return parse(cls, read_toml(path), str(path)).located(str(path))
+
+
+def updated(spec: S, changes: dict[str, Any], source: str) -> S:
+    """A validated copy of ``spec`` with dotted ``changes`` (e.g. ``{"train.epochs": 3}``);
+    errors start with ``source`` (e.g. ``--epochs``)."""
+    table = spec.model_dump(by_alias=True)
+    for dotted, value in changes.items():
+        *parents, key = dotted.split(".")
+        node = table
+        for name in parents:
+            node = node[name]
+        node[key] = value
+    new = parse(type(spec), table, source)
+    return new.located(spec.file) if isinstance(spec, SpecFile) else new
+
+
+# ------------------------------------------------------------------------ error messages
+def describe(cls: type[BaseModel], error: ValidationError) -> str:
+    """The first problem of ``error`` as ``field = value: what is wrong``."""
+    problems = error.errors(include_url=False)
+    first = problems[0]
+    kind, ctx = first["type"], first.get("ctx", {})
+    path, table = _walk(cls, first["loc"])
+    field = _dotted(path)
+    if kind == "spec_rule":
+        field = ".".join(filter(None, [field, ctx["field"]]))
+        text = f"{field} = {ctx['value']!r}: {ctx['message']}"
+    elif kind == "extra_forbidden":
+        known = ", ".join(sorted(info.alias or name for name, info in table.model_fields.items()))
+        text = f"unknown key {field!r} (known here: {known})"
+    elif kind == "union_tag_invalid":
+        text = f"{field}.kind = {ctx['tag']!r}: must be one of {ctx['expected_tags']}"
+    elif kind == "missing":
+        text = f"{field}: missing (required)"
+    else:
+        text = f"{field or 'top level'} = {first['input']!r}: {_phrase(first)}"
+    more = len(problems) - 1
+    return text + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
+
+
+_PHRASES = {
+    "greater_than": "must be > {gt}",
+    "greater_than_equal": "must be >= {ge}",
+    "less_than": "must be < {lt}",
+    "less_than_equal": "must be <= {le}",
+    "finite_number": "must be a finite number",
+    "literal_error": "must be {expected}",
+    "int_type": "must be an integer",
+    "float_type": "must be a number",
+    "bool_type": "must be true or false",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "model_type": "must be a table",
+    "dict_type": "must be a table",
+    "too_short": "must have at least {min_length} item(s)",
+    "union_tag_not_found": "must be a table",
+}
+
+
+def _phrase(problem: dict) -> str:
+    if problem["type"] in _PHRASES:
+        ctx = {key: _number(value) for key, value in problem.get("ctx", {}).items()}
+        return _PHRASES[problem["type"]].format(**ctx)
+    message = problem["msg"].removeprefix("Value error, ")
+    return message[:1].lower() + message[1:]
+
+
+def _number(value: Any) -> Any:
+    """Bounds as written in specs: 0 rather than 0.0."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _walk(cls: type[BaseModel], loc: tuple) -> tuple[list[str | int], type[BaseModel]]:
+    """The TOML path of ``loc`` (aliases, without the tags pydantic inserts after a
+    discriminated union) and the table class that holds its last key."""
+    path: list[str | int] = []
+    node: Any = cls
+    table = cls
+    for part in loc:
+        node = _unwrap(node)
+        if isinstance(part, int):  # an item of a list
+            path.append(part)
+            node = typing.get_args(node)[0] if typing.get_args(node) else None
+        elif isinstance(node, type) and issubclass(node, BaseModel):
+            table = node
+            info = node.model_fields.get(part) or next(
+                (f for f in node.model_fields.values() if f.alias == part), None
+            )
+            path.append(info.alias or part if info else part)
+            node = None if info is None else info.annotation
+        else:  # a union of tables: ``part`` is the tag that chose the member
+            node = next((m for m in _union_members(node) if _tag(m) == part), None)
+    return path, table
+
+
+def _unwrap(node: Any) -> Any:
+    """``Annotated[X, ...]`` → X; ``X | None`` → X."""
+    while True:
+        if typing.get_origin(node) is Annotated:
+            node = typing.get_args(node)[0]
+            continue
+        args = [a for a in typing.get_args(node) if a is not type(None)]
+        if typing.get_origin(node) in (typing.Union, types.UnionType) and len(args) == 1:
+            node = args[0]
+            continue
+        return node
+
+
+def _union_members(node: Any) -> list[Any]:
+    return [_unwrap(arg) for arg in typing.get_args(_unwrap(node))]
+
+
+def _tag(member: Any) -> Any:
+    kind = getattr(member, "model_fields", {}).get("kind")
+    return None if kind is None else kind.default
+
+
+def _dotted(path: list[str | int]) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else f"{'.' if text else ''}{part}"
+    return text

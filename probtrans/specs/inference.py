@@ -1,0 +1,100 @@
+"""Inference specs (``inference/**.toml``): how a model is inferred — guide, ELBO, optimiser,
+training, posterior predictive."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from probtrans.specs.base import NonNegative, NonNegativeInt, Positive, PositiveInt, Spec, SpecFile
+
+#: post-hoc predictives from the trained weights (:mod:`probtrans.inference.posthoc`): MC
+#: dropout (dropout kept on) and the last-layer Laplace approximation
+Posthoc = Literal["mc_dropout", "laplace"]
+
+
+class GuideSpec(Spec):
+    """``[guide]``: the variational family over the global latent sites."""
+
+    name: str = "delta"
+    """Guide of the weights with priors, registered in ``probtrans.guides.GUIDES``."""
+    init_scale: Positive = 0.01
+    """Initial posterior standard deviation of the normal and lowrank guides."""
+    rank: PositiveInt = 8
+    """lowrank: rank of the covariance's low-rank part."""
+    sites: Literal["auto", "all", "last_layer"] = "auto"
+    """lowrank: where the low-rank part goes; ``auto``: the last layer of large nets."""
+    max_lowrank_dims: PositiveInt = 20_000
+    """lowrank, sites = "auto": nets with more latent dimensions get it on the last layer."""
+    inducing: str = "cholesky"
+    """Guide of the whitened SGPA inducing variables u_g, registered in
+    ``probtrans.gp.guides.INDUCING_GUIDES``."""
+    inducing_init_scale: Positive = 0.1
+    """Initial standard deviation of the cholesky and diagonal u_g guides."""
+
+
+class ElboSpec(Spec):
+    """``[elbo]``: the objective and the weight of its KL terms."""
+
+    name: Literal["trace", "meanfield"] = "trace"
+    """Trace_ELBO (sampled KL) or TraceMeanField_ELBO (analytic KL)."""
+    particles: PositiveInt = 1
+    kl_weight: NonNegative = 1.0
+    """Multiplies KL(q ‖ p) of the global latent sites; 1 with kl_scale = "dataset" is the
+    ELBO itself."""
+    kl_scale: Literal["dataset", "authors"] = "dataset"
+    """``authors``: the global KL also times N_train, the SGPA authors' loss (mean NLL + KL)."""
+    kl_anneal_epochs: NonNegativeInt = 0
+    """Linear warm-up of every KL term from 0 over this many epochs."""
+
+
+class OptimSpec(Spec):
+    """``[optim]``: optimiser and learning-rate schedule."""
+
+    name: Literal["adam", "clipped_adam"] = "adam"
+    lr: Positive = 1e-3
+    weight_decay: NonNegative = 0.0
+    clip_norm: Positive = 10.0
+    """clipped_adam: gradient norm bound."""
+    schedule: Literal["constant", "cosine", "exponential"] = "constant"
+    gamma: Annotated[float, Field(gt=0, le=1)] = 0.999
+    """exponential schedule: learning-rate factor per step (a decay: at most 1)."""
+
+
+class TrainSpec(Spec):
+    """``[train]``: epochs, batches, early stopping."""
+
+    epochs: PositiveInt = 30
+    batch_size: PositiveInt = 64
+    patience: NonNegativeInt = 0
+    """Stop after this many epochs without improvement; 0 = never."""
+    monitor: Literal["accuracy", "mcc", "nll"] = "accuracy"
+    """Validation metric whose best epoch is kept."""
+    val_samples: PositiveInt = 3
+    """Posterior samples of the validation metric."""
+    group_by_length: bool = False
+    """Token data: batches of texts of similar length (less padding)."""
+
+
+class PredictiveSpec(Spec):
+    """``[predictive]``: the posterior predictive and its post-hoc variants."""
+
+    samples: PositiveInt = 10
+    batch_size: PositiveInt = 256
+    """Rows per pass (examples × samples evaluated together)."""
+    posthoc: list[Posthoc] = []
+    """Predictives from the same trained weights besides the plain one."""
+    laplace_prior_precision: NonNegative = 0.0
+    """Prior precision of the Laplace head posterior; 0 = the log-grid value with the lowest
+    validation NLL."""
+
+
+class InferenceSpec(SpecFile):
+    """An inference spec file."""
+
+    guide: GuideSpec = GuideSpec()
+    elbo: ElboSpec = ElboSpec()
+    optim: OptimSpec = OptimSpec()
+    train: TrainSpec = TrainSpec()
+    predictive: PredictiveSpec = PredictiveSpec()
