@@ -61,8 +61,9 @@ def corrections_for(seed: int, n: int = 9, s: int = 3, m: int = 3):
 def maximise(objective, start: torch.Tensor, steps: int = 300) -> torch.Tensor:
     """Numerical maximiser: L-BFGS on −objective from ``start``."""
     x = start.clone().requires_grad_(True)
-    optimiser = torch.optim.LBFGS([x], max_iter=steps, tolerance_grad=1e-13,
-                                  tolerance_change=0, line_search_fn="strong_wolfe")
+    optimiser = torch.optim.LBFGS(
+        [x], max_iter=steps, tolerance_grad=1e-13, tolerance_change=0, line_search_fn="strong_wolfe"
+    )
 
     def closure():
         optimiser.zero_grad()
@@ -126,8 +127,9 @@ def test_key_update_is_the_maximiser_of_its_q_function():
 
     # the prior term log π is constant in ξ, so Q's maximiser is the closed form
     numeric = maximise(q_function, mix.keys)
-    torch.testing.assert_close(em_keys(q, mix, 1, theta, query_mask=mix.mask).keys, numeric,
-                               atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(
+        em_keys(q, mix, 1, theta, query_mask=mix.mask).keys, numeric, atol=1e-6, rtol=1e-6
+    )
 
 
 # --------------------------------------------------------------------- precision adaptation
@@ -153,8 +155,10 @@ def test_precision_update_is_the_maximiser_of_its_q_function():
 
     def q_function(log_alpha):
         alpha = log_alpha.exp()
-        fit = w * (0.5 * d * alpha.unsqueeze(-2).log()
-                   - 0.5 * alpha.unsqueeze(-2) * square_distance(q, mix.keys))
+        fit = w * (
+            0.5 * d * alpha.unsqueeze(-2).log()
+            - 0.5 * alpha.unsqueeze(-2) * square_distance(q, mix.keys)
+        )
         return fit.sum() + ((theta1 - 1) * log_alpha - theta2 * alpha).sum()
 
     numeric = maximise(q_function, mix.alpha.log()).exp()
@@ -192,8 +196,9 @@ def test_corrections_em_never_decreases_the_posterior(settings):
         previous = None
         for n_iter in range(10):
             adapted = em_corrections(q, mix, index, values, n_iter, **settings)
-            current = corrections_objective(q, adapted, index, values, mix,
-                                            settings["theta_mu"], beta, settings.get("theta_pi"))
+            current = corrections_objective(
+                q, adapted, index, values, mix, settings["theta_mu"], beta, settings.get("theta_pi")
+            )
             assert previous is None or (current >= previous - TOL).all()
             previous = current
 
@@ -213,8 +218,9 @@ def test_corrections_updates_are_the_maximisers_of_their_q_functions():
 
     def q_mu(mu):
         sq = square_distance(values.unsqueeze(1), mu)  # (B, H, s, n)
-        return (-0.5 * w * mix.beta.unsqueeze(-2) * sq).sum() \
-            - 0.5 * theta_mu * (mu - mix.values).pow(2).sum()
+        return (-0.5 * w * mix.beta.unsqueeze(-2) * sq).sum() - 0.5 * theta_mu * (
+            mu - mix.values
+        ).pow(2).sum()
 
     mu = maximise(q_mu, mix.values)
     torch.testing.assert_close(adapted.values[real], mu[real], atol=1e-6, rtol=1e-6)
@@ -240,11 +246,14 @@ def test_corrections_updates_are_the_maximisers_of_their_q_functions():
     torch.testing.assert_close(new_rows, pi, atol=1e-6, rtol=1e-6)
 
 
-@pytest.mark.parametrize("settings", [
-    {"n_iter": 1, "theta_mu": 0.5},
-    {"n_iter": 3, "theta_mu": 0.05},
-    {"n_iter": 2, "theta_mu": 0.05, "theta_pi": 1.0},
-])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"n_iter": 1, "theta_mu": 0.5},
+        {"n_iter": 3, "theta_mu": 0.05},
+        {"n_iter": 2, "theta_mu": 0.05, "theta_pi": 1.0},
+    ],
+)
 @pytest.mark.parametrize("value_iterations", [1, 2])
 def test_correcting_a_unit_never_makes_its_own_prediction_worse(settings, value_iterations):
     """Label units (μ on the simplex, one-hot corrections): the probability that the
@@ -256,8 +265,7 @@ def test_correcting_a_unit_never_makes_its_own_prediction_worse(settings, value_
         label = torch.randint(2, (2, 1), generator=g)
         values = torch.nn.functional.one_hot(label, 2).to(torch.float64)  # (B, 1, 2)
         before = infer_values(q, mix, value_iterations)
-        after = infer_values(q, em_corrections(q, mix, index, values, **settings),
-                             value_iterations)
+        after = infer_values(q, em_corrections(q, mix, index, values, **settings), value_iterations)
 
         def correct_label(v, index=index, label=label):
             picked = v.gather(2, index[:, None, :, None].expand(-1, 3, -1, 2))  # (B, H, 1, 2)
@@ -284,9 +292,15 @@ def test_corrections_reach_other_units_only_through_the_mixture():
         beta=torch.full((1, 1, 1), 1.0, dtype=torch.float64),
         log_prior=torch.zeros(1, 1, 1, n, dtype=torch.float64).log_softmax(-1),
     )
-    corrected = em_corrections(keys, clusters, torch.tensor([[0, 1]]),
-                               torch.tensor([[[1.0, 0.0], [1.0, 0.0]]], dtype=torch.float64),
-                               n_iter=3, theta_mu=0.1, theta_pi=1.0)
+    corrected = em_corrections(
+        keys,
+        clusters,
+        torch.tensor([[0, 1]]),
+        torch.tensor([[[1.0, 0.0], [1.0, 0.0]]], dtype=torch.float64),
+        n_iter=3,
+        theta_mu=0.1,
+        theta_pi=1.0,
+    )
     before, after = infer_values(keys, clusters, 2), infer_values(keys, corrected, 2)
     torch.testing.assert_close(after[..., 4:, :], before[..., 4:, :], atol=1e-12, rtol=0)
     assert (after[..., 2:4, 0] > before[..., 2:4, 0] + 0.05).all()  # the corrected cluster moves
@@ -307,9 +321,16 @@ def test_model_level_calls_are_differentiable_and_restore_the_model():
     for output in (
         adapt_keys(model, images, n_iter=2, theta_xi=1.0),
         adapt_precision(model, images, n_iter=2, theta_alpha1=3.0),
-        propagate_corrections(model, images, index=torch.tensor([[0, 5]] * 4),
-                              values=torch.tensor([[[0.0, 1.0], [1.0, 0.0]]] * 4), n_iter=2,
-                              theta_mu=0.1, theta_beta1=3.0, theta_pi=1.0),
+        propagate_corrections(
+            model,
+            images,
+            index=torch.tensor([[0, 5]] * 4),
+            values=torch.tensor([[[0.0, 1.0], [1.0, 0.0]]] * 4),
+            n_iter=2,
+            theta_mu=0.1,
+            theta_beta1=3.0,
+            theta_pi=1.0,
+        ),
     ):
         assert output.shape == plain.shape and torch.isfinite(output).all()
         output.sum().backward()

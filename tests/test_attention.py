@@ -99,9 +99,7 @@ def test_straight_through_passes_gradients(x):
     attn(x, None).sum().backward()
     assert attn.qkv.weight.grad.abs().sum() > 0 and attn.centroids.grad.abs().sum() > 0
     trace = poutine.trace(attn).get_trace(x, None)
-    assert isinstance(
-        trace.nodes["a_c"]["fn"].base_dist, RelaxedOneHotCategoricalStraightThrough
-    )
+    assert isinstance(trace.nodes["a_c"]["fn"].base_dist, RelaxedOneHotCategoricalStraightThrough)
 
 
 @pytest.mark.parametrize("centroids", ["layer", "head"])

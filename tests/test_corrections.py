@@ -70,19 +70,25 @@ def test_corrections_command_writes_finite_curve_and_reloads(tiny_spec, tmp_path
     assert main(args) == 0
     again = json.loads((out / "corrections.json").read_text())
     assert again["model_reloaded"] and again["n_test"] == 4
-    assert sorted(p.name for p in out.iterdir()) == ["corrections.json", "corrections.png",
-                                                    "model.pt"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "corrections.json",
+        "corrections.png",
+        "model.pt",
+    ]
 
 
-@pytest.mark.parametrize(("edit", "args", "message"), [
-    ("[train]\nsteps = 4\nepochs = 3\n", [], "unknown key 'train.epochs'"),
-    ("[corrections]\ntheta_mu = 0.0\n", [], "corrections.theta_mu = 0.0: must be > 0"),
-    ("[model.labeller]\nkind = 'softmax'\n", [], "model.labeller.kind = 'softmax'"),
-    ("[model.labeller]\nbeta = -2.0\n", [], "model.labeller.beta = -2.0: must be > 0"),
-    ("", ["--ks", "0,x"], "--ks = '0,x'"),
-    ("", ["--ks", "0,64"], "--ks = [0, 64]"),
-    ("", ["--n-test", "9999"], "--n-test = 9999"),
-])
+@pytest.mark.parametrize(
+    ("edit", "args", "message"),
+    [
+        ("[train]\nsteps = 4\nepochs = 3\n", [], "unknown key 'train.epochs'"),
+        ("[corrections]\ntheta_mu = 0.0\n", [], "corrections.theta_mu = 0.0: must be > 0"),
+        ("[model.labeller]\nkind = 'softmax'\n", [], "model.labeller.kind = 'softmax'"),
+        ("[model.labeller]\nbeta = -2.0\n", [], "model.labeller.beta = -2.0: must be > 0"),
+        ("", ["--ks", "0,x"], "--ks = '0,x'"),
+        ("", ["--ks", "0,64"], "--ks = [0, 64]"),
+        ("", ["--n-test", "9999"], "--n-test = 9999"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys, edit, args, message):
     path = tmp_path / "bad.toml"
     path.write_text(edit)

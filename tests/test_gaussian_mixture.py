@@ -61,8 +61,9 @@ def test_beta_none_with_length_priors_is_softmax_attention(n_heads):
     q, k, v, mask = random_heads(n_heads, d_head, seed=n_heads)
     softmax = SoftmaxAttention(n_heads * d_head, n_heads, SoftmaxOptions())
     for n_iter in (1, 3):
-        gm = build_attention(default_options("gaussian_mixture", n_iter=n_iter),
-                             n_heads * d_head, n_heads)
+        gm = build_attention(
+            default_options("gaussian_mixture", n_iter=n_iter), n_heads * d_head, n_heads
+        )
         assert isinstance(gm, GaussianMixtureAttention)
         expected = softmax.attend(q, k, v, mask)
         torch.testing.assert_close(gm.attend(q, k, v, mask), expected, atol=2e-6, rtol=1e-5)
@@ -72,8 +73,9 @@ def test_alpha_is_the_inverse_softmax_temperature():
     q, k, v, mask = random_heads(2, 8, seed=3)
     softmax = SoftmaxAttention(16, 2, SoftmaxOptions(tau=0.7))
     gm = build_attention(default_options("gaussian_mixture", alpha=1 / 0.7), 16, 2)
-    torch.testing.assert_close(gm.attend(q, k, v, mask), softmax.attend(q, k, v, mask),
-                               atol=2e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        gm.attend(q, k, v, mask), softmax.attend(q, k, v, mask), atol=2e-6, rtol=1e-5
+    )
 
 
 @pytest.mark.parametrize("n_heads", [1, 4])
@@ -84,8 +86,9 @@ def test_beta_to_zero_converges_to_softmax_attention(n_heads):
     expected = softmax.attend(q, k, v, mask)
     errors = []
     for beta in (1e-1, 1e-3, 1e-5, 1e-7):
-        gm = build_attention(default_options("gaussian_mixture", beta=beta, n_iter=4),
-                             4 * n_heads, n_heads).double()
+        gm = build_attention(
+            default_options("gaussian_mixture", beta=beta, n_iter=4), 4 * n_heads, n_heads
+        ).double()
         errors.append((gm.attend(q, k, v, mask) - expected).abs().max().item())
     assert errors[-1] < 1e-6
     for larger, smaller in zip(errors, errors[1:], strict=False):
@@ -107,8 +110,9 @@ def test_length_priors_give_eq_19():
 @pytest.mark.parametrize("precision", ["fixed", "shared", "head", "unit"])
 def test_padding_units_get_exactly_zero_responsibility(prior, precision):
     q, k, v, mask = random_heads(2, 4, seed=11)
-    options = default_options("gaussian_mixture", beta=1.0, n_iter=3, prior=prior,
-                              precision=precision)
+    options = default_options(
+        "gaussian_mixture", beta=1.0, n_iter=3, prior=prior, precision=precision
+    )
     gm = build_attention(options, 8, 2)
     w = responsibilities(q, gm.units.mixture(k, v, mask), v)
     assert (w[0, :, :, 5:] == 0).all() and (w[2, :, :, 3:] == 0).all()
@@ -175,8 +179,10 @@ def test_gaussian_mixture_attention_trains_inside_the_classifier():
 
 def test_model_spec_accepts_and_checks_gaussian_mixture(tmp_path):
     path = tmp_path / "gm.toml"
-    path.write_text('[model.attention]\nkind = "gaussian_mixture"\nbeta = 0.5\nn_iter = 3\n'
-                    'precision = "unit"\nprior = "learned"\n')
+    path.write_text(
+        '[model.attention]\nkind = "gaussian_mixture"\nbeta = 0.5\nn_iter = 3\n'
+        'precision = "unit"\nprior = "learned"\n'
+    )
     options = load_model_spec(path).network.attention
     assert (options.beta, options.n_iter, options.precision) == (0.5, 3, "unit")
     path.write_text('[model.attention]\nkind = "gaussian_mixture"\nbeta = -1.0\n')

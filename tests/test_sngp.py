@@ -53,7 +53,7 @@ def test_spectral_norm_bound_scales_only_large_weights():
 
 SNGP_MODEL = TINY_MODEL.replace(
     "[model.attention]",
-    "spectral_norm = 0.95\n\n[model.head]\nkind = \"random_features\"\nfeatures = 128\n"
+    'spectral_norm = 0.95\n\n[model.head]\nkind = "random_features"\nfeatures = 128\n'
     "lengthscale = 2.0\n\n[model.attention]",
 )
 
