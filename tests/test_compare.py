@@ -82,6 +82,32 @@ def test_compare_writes_table_csv_and_figure_and_resumes(tmp_path, preset, capsy
     assert np.allclose(probs["test"][: single["test"].shape[0]], single["test"])
 
 
+def test_evaluate_keeps_what_fit_wrote_and_compare_reuses_the_run(tmp_path, preset, capsys):
+    """``probtrans evaluate`` rewrites the metrics but keeps the run information (``epochs``
+    among it), so ``compare`` still knows the run is finished and does not train it again."""
+    text = preset.read_text().replace("seeds = [0, 1]", "seeds = [0]")
+    one_seed = tmp_path / "one_seed.toml"
+    one_seed.write_text(text)
+    out = tmp_path / "cmp"
+    assert main(["compare", "--preset", str(one_seed), "--out", str(out), "--quiet"]) == 0
+    (run,) = (out / "runs").iterdir()
+    fitted = json.loads((run / "metrics.json").read_text())
+    assert {"epochs", "seed", "best_epoch", "train_seconds"} <= set(fitted)
+
+    assert main(["evaluate", str(run), "--samples", "3", "--quiet"]) == 0
+    evaluated = json.loads((run / "metrics.json").read_text())
+    assert set(evaluated) == set(fitted) and evaluated["posterior_samples"] == 3
+    for key in ("epochs", "seed", "best_epoch", "train_seconds"):
+        assert evaluated[key] == fitted[key]
+
+    stamp = (run / "checkpoint.pt").stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(["compare", "--preset", str(one_seed), "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "fit " not in printed and "refitting" not in printed
+    assert (run / "checkpoint.pt").stat().st_mtime_ns == stamp
+
+
 def test_compare_rejects_a_variant_the_inference_spec_does_not_compute(tmp_path, preset, capsys):
     text = preset.read_text().replace('variant = "mc_dropout"', 'variant = "laplace"')
     bad = tmp_path / "bad.toml"
