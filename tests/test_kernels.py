@@ -1,4 +1,4 @@
-"""SGPA kernels against independent computations (DESIGN.md §3)."""
+"""SGPA kernels (Chen & Li 2023, §3.1 and §4) against independent computations."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """SGPA: decoupled and standard sparse-GP attention, its KL terms, guides and specs.
 
-Oracles: plain kernel attention, DESIGN.md §3's non-whitened formulas solved directly, Monte Carlo,
-GPyTorch's whitened ``VariationalStrategy`` and ``torch.distributions.kl_divergence``.
+Oracles: plain kernel attention, the non-whitened formulas of Chen & Li (2023, Eq. 11) solved
+directly, Monte Carlo, GPyTorch's whitened ``VariationalStrategy`` and
+``torch.distributions.kl_divergence``.
 """
 
 from __future__ import annotations
