@@ -51,7 +51,10 @@ def load_inference_spec(path: str | os.PathLike[str]) -> InferenceSpec:
 
 def json_schema(cls: type[SpecFile]) -> dict:
     """JSON Schema of the spec class ``cls`` (TOML names), registry names as ``enum``s."""
-    schema = cls.model_json_schema(by_alias=True, mode="validation")
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **cls.model_json_schema(by_alias=True, mode="validation"),
+    }
     for dotted, registry in NAMES.get(cls, []):
         table, key = dotted.split(".")
         definition = schema["$defs"][schema["properties"][table]["$ref"].rsplit("/", 1)[-1]]

@@ -11,8 +11,9 @@ Deterministic Deep Learning via Distance Awareness", NeurIPS 2020), a baseline o
   β ~ N(0, I).
 
 SNGP's posterior over β is the Laplace approximation N(β_MAP, (Σ_n Φᵀ diag(p(1−p)) Φ + I)⁻¹)
-(Liu et al. eq. 9); here it is :class:`probtrans.inference.laplace.LastLayerLaplace` over the random-feature
-layer with the prior precision of the model's prior (``[predictive] laplace_prior_precision``).
+(Liu et al. eq. 9); here it is :class:`probtrans.inference.laplace.LastLayerLaplace` over the
+random-feature layer with the prior precision of the model's prior
+(``[predictive] laplace_prior_precision``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Spec schemas (pydantic), the bottom layer of probtrans: no torch, no Pyro.
+"""Spec schemas (pydantic), near the bottom of probtrans: no torch, no Pyro.
 
 :func:`read_model_spec` and :func:`read_inference_spec` check a file against its schema;
 :func:`probtrans.resolve.load_model_spec` and ``load_inference_spec`` also check the registry

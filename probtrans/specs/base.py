@@ -90,7 +90,7 @@ def parse(cls: type[S], table: Any, source: str) -> S:
     try:
         return cls.model_validate(table)
     except ValidationError as err:
-        raise ConfigError(f"{source}: {describe(cls, err)}") from None
+        raise ConfigError(f"{source}: {explain(cls, err)}") from None
 
 
 def read_spec(cls: type[F], path: str | os.PathLike[str]) -> F:
@@ -113,7 +113,7 @@ def updated(spec: S, changes: dict[str, Any], source: str) -> S:
 
 
 # ------------------------------------------------------------------------ error messages
-def describe(cls: type[BaseModel], error: ValidationError) -> str:
+def explain(cls: type[BaseModel], error: ValidationError) -> str:
     """The first problem of ``error`` as ``field = value: what is wrong``."""
     problems = error.errors(include_url=False)
     first = problems[0]
