@@ -18,6 +18,7 @@ from probtrans.specs.base import (
     Seed,
     Spec,
     SpecFile,
+    check_heads,
     read_spec,
     rule,
 )
@@ -62,8 +63,7 @@ class SegNetSpec(Spec):
 
     @model_validator(mode="after")
     def _shapes(self) -> SegNetSpec:
-        if self.d_model % self.n_heads:
-            raise rule("n_heads", self.n_heads, f"must divide model.d_model = {self.d_model}")
+        check_heads(self.d_model, self.n_heads)
         if self.window % 2 == 0:
             raise rule("window", self.window, "must be odd")
         return self

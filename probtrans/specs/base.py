@@ -72,6 +72,12 @@ def rule(field: str, value: Any, message: str) -> PydanticCustomError:
     )
 
 
+def check_heads(d_model: int, n_heads: int) -> None:
+    """Attention heads split the width evenly: ``n_heads`` must divide ``d_model``."""
+    if d_model % n_heads:
+        raise rule("n_heads", n_heads, f"must divide model.d_model = {d_model}")
+
+
 def read_toml(path: str | os.PathLike[str]) -> dict:
     """The table of a TOML file; a missing, binary or malformed file raises ConfigError."""
     path = Path(path)

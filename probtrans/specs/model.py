@@ -15,6 +15,7 @@ from probtrans.specs.base import (
     Seed,
     Spec,
     SpecFile,
+    check_heads,
     rule,
 )
 
@@ -82,8 +83,7 @@ class NetworkSpec(Spec):
 
     @model_validator(mode="after")
     def _consistent(self) -> NetworkSpec:
-        if self.d_model % self.n_heads:
-            raise rule("n_heads", self.n_heads, f"must divide model.d_model = {self.d_model}")
+        check_heads(self.d_model, self.n_heads)
         if self.spectral_norm and self.prior.weights == "all":
             raise rule(
                 "spectral_norm",
