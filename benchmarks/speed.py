@@ -119,10 +119,10 @@ def attention_layer(kind: str, fused: bool) -> Callable[[], None]:
 
 def plain_network(kind: str) -> tuple[nn.Module, nn.Module]:
     """The IMDB network as plain torch modules: encoder and linear head."""
-    net = load_model_spec(SPEC).model
+    net = load_model_spec(SPEC).network
     if kind != "h_sto":
         net.attention = default_options("softmax")
-    encoder = build_encoder(net, TokenEmbedding(VOCAB, net.max_len, net.d_model))
+    encoder = build_encoder(net, TokenEmbedding(VOCAB, net.max_positions, net.d_model))
     return encoder, nn.Linear(net.d_model, 2)
 
 
@@ -133,7 +133,7 @@ def plain_step(kind: str, with_prior: bool) -> Callable[[], None]:
     params = list(encoder.parameters()) + list(head.parameters())
     optimizer = torch.optim.Adam(params, lr=1e-3)
     inputs, labels = tokens(BATCH), torch.randint(2, (BATCH,))
-    n_train, scale = 22_500, load_model_spec(SPEC).model.prior.scale
+    n_train, scale = 22_500, load_model_spec(SPEC).network.prior.scale
 
     def step() -> None:
         optimizer.zero_grad()
