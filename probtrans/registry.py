@@ -9,7 +9,6 @@ inducing-variable guides (:data:`probtrans.gp.guides.INDUCING_GUIDES`) and data 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Generic, TypeVar
 
 from probtrans.errors import ConfigError
@@ -41,9 +40,3 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         return sorted(self._entries)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._entries
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names())

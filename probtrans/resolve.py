@@ -9,8 +9,8 @@ the schema of a spec kind with those names filled in as choices, for editors.
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any
 
 from probtrans.data.sources import DATA_SOURCES
 from probtrans.gp.guides import INDUCING_GUIDES
@@ -19,7 +19,8 @@ from probtrans.registry import Registry
 from probtrans.specs import InferenceSpec, ModelSpec, read_inference_spec, read_model_spec
 from probtrans.specs.base import SpecFile
 
-#: (dotted field, registry) of every registry name a spec file holds, per spec class
+#: (dotted field, registry) of every registry name a spec file holds, per spec class (the
+#: fields' TOML names are their attribute names)
 NAMES: dict[type[SpecFile], list[tuple[str, Registry]]] = {
     ModelSpec: [("data.name", DATA_SOURCES)],
     InferenceSpec: [("guide.name", GUIDES), ("guide.inducing", INDUCING_GUIDES)],
@@ -29,10 +30,7 @@ NAMES: dict[type[SpecFile], list[tuple[str, Registry]]] = {
 def check_names(spec: SpecFile) -> None:
     """Raise ConfigError naming the file and field of the first unknown registry name."""
     for dotted, registry in NAMES.get(type(spec), []):
-        value: Any = spec.model_dump(by_alias=True)
-        for key in dotted.split("."):
-            value = value[key]
-        registry.get(value, f"{spec.file}: {dotted}")
+        registry.get(functools.reduce(getattr, dotted.split("."), spec), f"{spec.file}: {dotted}")
 
 
 def load_model_spec(path: str | os.PathLike[str]) -> ModelSpec:
