@@ -16,7 +16,7 @@ from probtrans.contract import kl_term
 from probtrans.inference.guide import build_guide
 from probtrans.inference.objective import KLWeight, self_guided
 from probtrans.model import build_classifier
-from probtrans.specs import GuideSpec
+from probtrans.specs import ElboSpec, GuideSpec
 from tests.conftest import tiny_spec
 
 
@@ -122,3 +122,47 @@ def test_kl_annealing_scales_global_sites_and_kl_terms_but_not_the_likelihood():
     assert trace.nodes["y"]["log_prob_sum"] == pytest.approx(
         dist.Normal(0.0, 1.0).log_prob(torch.tensor(0.5)).item()
     )
+
+
+def test_authors_weighting_is_the_sgpa_authors_loss_plus_the_head_prior(digits):
+    """kl_scale = "authors", same draws: loss / N = mean NLL + KL(u_g) + batch mean of the
+    amortised KL (Chen & Li 2023's loss) + KL(head) / N: only the inducing site is N times
+    stronger, the Normal prior on the head keeps the ELBO's weight. Guides as in
+    inference/sgpa_authors.toml: a MAP head, whose KL term is −log p(W), and a Cholesky q(u_g)."""
+    options = {"kernel": "ard", "n_inducing": 4, "lengthscale": 4.0, "outputscale": 0.1}
+    classifier = build_classifier(tiny_spec("sgpa", prior="last_layer", **options), digits)
+    guide = build_guide(classifier, GuideSpec(name="delta", inducing="cholesky"), digits.train)
+    inputs, mask, labels, index = batch(digits)
+    n = len(digits.train)
+    kl = KLWeight.from_spec(ElboSpec(kl_scale="authors"), classifier, n)
+    pyro.set_rng_seed(4)
+    loss = Trace_ELBO().loss(
+        kl(self_guided(classifier)), kl(guide), inputs, mask, labels, index=index, n_data=n
+    )
+
+    pyro.set_rng_seed(4)  # the same draws by hand: globals from the guide, then F in the model
+    guide_trace = poutine.trace(guide).get_trace(inputs, mask, labels)
+    replayed = poutine.trace(poutine.replay(classifier, trace=guide_trace))
+    model_trace = replayed.get_trace(inputs, mask, labels, index, n)
+
+    def log_ratio(site: str) -> torch.Tensor:
+        """log q − log p of a global site at its draw: the sampled KL of Trace_ELBO."""
+        value = guide_trace.nodes[site]["value"]
+        q, p = guide_trace.nodes[site]["fn"], model_trace.nodes[site]["fn"]
+        return q.log_prob(value) - p.log_prob(value)
+
+    nll = F.cross_entropy(model_trace.nodes["_RETURN"]["value"], labels)  # batch mean
+    kl_global = log_ratio("encoder.layers.0.attn.u_g")
+    amortised = model_trace.nodes["encoder.layers.0.attn.kl_amortised"]
+    kl_amortised = -amortised["fn"].log_prob(amortised["value"])  # (B,)
+    kl_head = log_ratio("head.weight") + log_ratio("head.bias")
+    authors = nll + kl_global + kl_amortised.mean()
+    assert loss / n == pytest.approx((authors + kl_head / n).item(), rel=1e-5)
+    # with the head's KL also N times stronger (the old weighting) the loss would be far off
+    assert loss / n != pytest.approx((authors + kl_head).item(), rel=1e-2)
+    scales = {
+        name: site["scale"]
+        for name, site in poutine.trace(kl(guide)).get_trace(inputs, mask, labels).nodes.items()
+        if site["type"] == "sample"
+    }
+    assert scales == {"encoder.layers.0.attn.u_g": n, "head.weight": 1.0, "head.bias": 1.0}

@@ -31,12 +31,15 @@ locations on the same normalised manifold as the token inputs. (The authors' cod
 previous block's MLP + residual + LayerNorm to Z_g.)
 
 KL weights (see :class:`probtrans.specs.ElboSpec`). The per-dataset ELBO (``kl_weight = 1``)
-is E[log p(y | ·)] summed over the data − KL(q(u_g) ‖ p(u_g)) − Σ_n KL_amortised,n. The authors
-minimise mean NLL + KL_global + mean_batch KL_amortised (KL not divided by the data-set size); times
-N this is Σ NLL + N·KL_global + Σ_n KL_amortised,n: the global KL N_train times stronger
-(``elbo.kl_scale = "authors"``), while the amortised term, an average over the batch, is
-already a per-sequence term and keeps weight 1. KL annealing scales both, as in the authors'
-code.
+is E[log p(y | ·)] summed over the data − KL(q(u_g) ‖ p(u_g)) − Σ_n KL_amortised,n, minus
+KL(q(W) ‖ p(W)) where the model spec puts priors on weights (all three SGPA model specs put a
+Normal prior on the classification head). The authors minimise mean NLL + KL(q(u_g) ‖ p(u_g)) +
+mean_batch KL_amortised (KL not divided by the data-set size; their weights have no prior);
+times N this is Σ NLL + N·KL(q(u_g) ‖ p(u_g)) + Σ_n KL_amortised,n. ``elbo.kl_scale =
+"authors"`` makes the KL of the ``u_g`` sites, and only those, N_train times stronger: the
+amortised term, an average over the batch, is already a per-sequence term and keeps weight 1,
+and weight priors keep the ELBO's weight 1 (1/N_train in the authors' per-example units). KL
+annealing scales all of them, as in the authors' code.
 ``inference/sgpa.toml`` trains the per-dataset ELBO, ``inference/sgpa_authors.toml`` the authors'
 weighting with their linear annealing over half of the epochs.
 """

@@ -29,11 +29,18 @@ scales (≈ 55: the kernel is then close to rank d + 1, and K_gg nearly singular
 whitened projection A = L_K⁻¹ K_ga carries an error set by K_gg's condition number, the same for
 every batch, so training can find the directions where the computed K_aa − AᵀA is negative: on
 IMDB (M_g = 50, T ≤ 512) the second layer's amortised KL went to −0.35 nats per review, with the
-values v_a inflated until the amortised mean was rounding noise. :func:`decoupled_conditional`
-therefore computes everything of size M_g (K_gg, its Cholesky factor, K_ga, A) and the
-difference in float64, and keeps only the T × T product K_aa v_a in the layer's precision; its
-rounding differs from batch to batch and gives training nothing to exploit. An IMDB training
-step costs about 1.3 times the all-float32 one (all-float64: 2.4 times).
+values v_a inflated until the amortised mean was rounding noise. K_aa in float32 is not enough
+either: at the IMDB kernel (σ_f² = 0.0183) the rounding of its entries (≈ 1e-9) is as large as
+the entries of K_aa − AᵀA (conditional variances 3e-9 to 2e-7 on layer-normalised inputs), so
+with K_aa and K_aa v_a in float32 and the rest in float64 the amortised mean (K_aa − AᵀA) v_a
+was 50 % off and the conditional variances up to 40 %. :func:`decoupled_conditional` therefore
+computes everything in float64 from the layer's keys, values and kernel hyperparameters: K_aa,
+K_aa v_a, K_gg, its Cholesky factor, K_ga, A, the amortised mean and KL, and the conditional
+(co)variance; the results come back in the layer's precision. The T × T work then runs in
+float64: on a 2-core CPU (AMD EPYC, torch 2.13, 2 threads) an IMDB layer's forward + backward
+(B = 32, T = 512) costs 1.6 times, and an IMDB SVI training step (B = 32) 1.7 to 1.8 times, what
+they cost with K_aa in float32 (2.1 and 2.2 times the all-float32 ones), and the step's peak
+resident memory grows from 3.0 to 4.7 GiB.
 
 GPyTorch's ``OrthogonallyDecoupledVariationalStrategy`` keeps its mean inducing points fixed and
 shared, so the amortised (input-dependent) mean keys need this small strategy of our own; the
@@ -66,7 +73,7 @@ class DecoupledConditional:
 
     amortised_mean: Tensor  # m_a = (K_aa − AᵀA) v_a, (B, H, d, T), float64
     cross: Tensor  # A = L_K⁻¹ K_ga, (B, H, M, T), float64
-    k_aa: Tensor  # K_aa, (B, H, T, T), in ``dtype``
+    k_aa: Tensor  # K_aa, (B, H, T, T), float64
     amortised_kl: Tensor  # ½ Σ_{h,d} v_aᵀ (K_aa − K_ag K_gg⁻¹ K_ga) v_a, (B,), in ``dtype``
     key_mask: Tensor | None  # (B, T), True for real tokens
     jitter: float
@@ -79,7 +86,7 @@ class DecoupledConditional:
 
     def variance(self) -> Tensor:
         """diag(K_aa − AᵀA): the per-token variance of F given ε, shared by all d, (B, H, T)."""
-        prior = self.k_aa.diagonal(dim1=-2, dim2=-1).double()
+        prior = self.k_aa.diagonal(dim1=-2, dim2=-1)
         return (prior - self.cross.pow(2).sum(-2)).clamp_min(self.jitter).to(self.dtype)
 
     def covariance(self) -> Tensor:
@@ -87,7 +94,7 @@ class DecoupledConditional:
         return self._covariance64().to(self.dtype)
 
     def _covariance64(self) -> Tensor:
-        return self.k_aa.double() - self.cross.transpose(-1, -2) @ self.cross
+        return self.k_aa - self.cross.transpose(-1, -2) @ self.cross
 
     def distribution(self, eps: Tensor, sampling: Sampling = "marginal") -> dist.Distribution:
         """p(F | ε) as a distribution with batch shape (B,) and event shape (H, d, T).
@@ -130,18 +137,17 @@ def decoupled_conditional(
     kernel: per-head kernel (batch shape (H,)); x_a: amortised keys = queries (B, H, T, d_k);
     x_g: global keys (H, M, d_k); v_a: amortised values (B, H, T, d), zero at padding tokens;
     key_mask: (B, T), True for real tokens. K_gg gets ``jitter`` on its diagonal, ten times more
-    after every failed Cholesky (:func:`~probtrans.gp.linalg.jittered_cholesky`). All but K_aa and
-    K_aa v_a are computed in float64 (see the module docstring); the results come back in the
-    dtype of ``x_a``.
+    after every failed Cholesky (:func:`~probtrans.gp.linalg.jittered_cholesky`). Everything is
+    computed in float64 (see the module docstring); ``amortised_kl`` and the methods' results come
+    back in the dtype of ``x_a``.
     """
     dtype = x_a.dtype
-    k_aa = gram(kernel, x_a, x_a)  # (B, H, T, T), in the layer's precision
-    k_aa_v = (k_aa @ v_a).double()
     x_a, x_g, v_a = x_a.double(), x_g.double(), v_a.double()
+    k_aa = gram(kernel, x_a, x_a)  # (B, H, T, T)
     k_ga = gram(kernel, x_g, x_a)  # (B, H, M, T)
     chol_gg = jittered_cholesky(gram(kernel, x_g, x_g), jitter)  # L_K, (H, M, M)
     cross = torch.linalg.solve_triangular(chol_gg, k_ga, upper=False)  # A, (B, H, M, T)
-    residual_v = k_aa_v - cross.transpose(-1, -2) @ (cross @ v_a)  # (K_aa − AᵀA) v_a
+    residual_v = k_aa @ v_a - cross.transpose(-1, -2) @ (cross @ v_a)  # (K_aa − AᵀA) v_a
     amortised_kl = 0.5 * (v_a * residual_v).sum((1, 2, 3))
     return DecoupledConditional(
         amortised_mean=residual_v.transpose(-1, -2),

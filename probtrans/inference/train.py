@@ -194,8 +194,7 @@ class SVITraining:
         self.classifier, self.data, self.spec, self.device = classifier, data, spec, device
         self.guide = build_guide(classifier, spec.guide, data.train, device)
         n_train = len(data.train)
-        scale = n_train if spec.elbo.kl_scale == "authors" else 1
-        self.kl = KLWeight(spec.elbo.kl_weight * scale)
+        self.kl = KLWeight.from_spec(spec.elbo, classifier, n_train)
         self.model, self.weighted_guide = self.kl(self_guided(classifier)), self.kl(self.guide)
         self.elbo = make_elbo(spec.elbo)
         self.steps_per_epoch = math.ceil(n_train / spec.train.batch_size)

@@ -44,7 +44,9 @@ class ElboSpec(Spec):
     """Multiplies KL(q ‖ p) of the global latent sites; 1 with kl_scale = "dataset" is the
     ELBO itself."""
     kl_scale: Literal["dataset", "authors"] = "dataset"
-    """``authors``: the global KL also times N_train, the SGPA authors' loss (mean NLL + KL)."""
+    """``authors``: the KL of SGPA's inducing variables u_g also times N_train, so that the loss
+    is N_train × the SGPA authors' (mean NLL + KL(u_g) + batch-mean amortised KL); weight priors
+    (which the authors' model does not have) and the amortised KL keep the ELBO's weight."""
     kl_anneal_epochs: NonNegativeInt = 0
     """Linear warm-up of every KL term from 0 over this many epochs."""
 
