@@ -1,13 +1,15 @@
 """Checkpoints that load without executing pickled code.
 
 A checkpoint holds only tensors, numbers, strings and containers of them (state dicts, spec texts,
-metadata). It is written atomically (:func:`probtrans.io.atomic_write`) and read with
+metadata). It is written atomically (:func:`probtrans.io.atomic_write`) through an open file, so
+its bytes do not depend on the temporary file's name, and read with
 ``torch.load(weights_only=True)``, which refuses anything else.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -20,21 +22,54 @@ from probtrans.io import atomic_write
 FORMAT = 1
 
 
+class UnreadableCheckpoint(ProbtransError):
+    """A checkpoint file that exists but cannot be used: empty, truncated, refused or incomplete."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: not a readable probtrans checkpoint ({reason})")
+
+
 def save_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> None:
     """Save ``payload`` with the checkpoint format and the library version."""
     data = {"format": FORMAT, "probtrans_version": __version__, **payload}
-    atomic_write(path, lambda tmp: torch.save(data, tmp))
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:  # a file object: the archive's inner name is fixed
+            torch.save(data, fh)
+
+    atomic_write(path, write)
+
+
+def _reason(err: Exception) -> str:
+    if isinstance(err, pickle.UnpicklingError):
+        return "it holds Python objects other than tensors and plain data; refused, not run"
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Load a checkpoint written by :func:`save_checkpoint`, refusing anything but plain data."""
+    """Load a checkpoint written by :func:`save_checkpoint`, refusing anything but plain data.
+
+    A missing file raises :class:`~probtrans.errors.ProbtransError`; one that exists but cannot
+    be used raises :class:`UnreadableCheckpoint`."""
     path = Path(path)
     if not path.is_file():
         raise ProbtransError(f"{path}: no checkpoint here")
+    if path.stat().st_size == 0:
+        raise UnreadableCheckpoint(path, "empty file")
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # unpickling refused, or a corrupt file
-        raise ProbtransError(f"{path}: not a readable probtrans checkpoint ({err})") from None
+        raise UnreadableCheckpoint(path, _reason(err)) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ProbtransError(f"{path}: not a probtrans checkpoint of format {FORMAT}")
+        raise UnreadableCheckpoint(path, f"not of probtrans checkpoint format {FORMAT}")
+    return data
+
+
+def require(data: dict[str, Any], path: Path, keys: list[str]) -> dict[str, Any]:
+    """``data`` if it holds every key, else :class:`UnreadableCheckpoint` naming the missing."""
+    missing = [key for key in keys if key not in data]
+    if missing:
+        raise UnreadableCheckpoint(path, f"incomplete: no {', '.join(missing)}")
     return data

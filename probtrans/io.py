@@ -2,7 +2,8 @@
 
 Every writer goes through :func:`atomic_write`: the content is written into a temporary sibling
 and renamed over the target, so a reader never sees a half-written file and a failure leaves the
-previous file as it was.
+previous file as it was. A writer killed before the rename leaves its temporary sibling
+(``.NAME.*.partial``) behind; :func:`remove_temporary_files` clears a folder of them.
 """
 
 from __future__ import annotations
@@ -10,11 +11,16 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from probtrans.errors import ProbtransError
+
+_TEMPORARY = ".{name}.*.partial"  # the temporary siblings of atomic_write
 
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], Any]) -> Path:
@@ -22,7 +28,8 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], Any]) -> 
     ``path``. Creates missing parent folders; returns ``path`` as a :class:`~pathlib.Path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    prefix, suffix = _TEMPORARY.format(name=path.name).split("*")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
     os.close(fd)
     try:
         write(Path(tmp))
@@ -31,6 +38,20 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], Any]) -> 
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def is_temporary_file(path: Path) -> bool:
+    """Whether ``path`` is the temporary file of an :func:`atomic_write`."""
+    return path.match(_TEMPORARY.format(name="*"))
+
+
+def remove_temporary_files(folder: str | os.PathLike[str]) -> list[Path]:
+    """Delete the temporary files that interrupted :func:`atomic_write` calls left in
+    ``folder``; returns them."""
+    found = sorted(Path(folder).glob(_TEMPORARY.format(name="*")))
+    for path in found:
+        path.unlink()
+    return found
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
@@ -43,7 +64,14 @@ def write_json(path: str | os.PathLike[str], value: object) -> Path:
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
-    return json.loads(Path(path).read_text())
+    """The value of a JSON file; a missing or malformed file raises ProbtransError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ProbtransError(f"{path}: no such file")
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ProbtransError(f"{path}: not a valid JSON file ({err})") from None
 
 
 def save_png(figure: Any, path: str | os.PathLike[str], dpi: int = 120) -> Path:
@@ -62,6 +90,10 @@ def write_npz(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray]) ->
 
 
 def read_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` file, refusing pickled objects."""
-    with np.load(path, allow_pickle=False) as arrays:
-        return {name: arrays[name] for name in arrays.files}
+    """The arrays of an ``.npz`` file, refusing pickled objects; an unreadable file raises
+    ProbtransError naming it."""
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            return {name: arrays[name] for name in arrays.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise ProbtransError(f"{path}: not a readable .npz file ({err})") from None

@@ -33,16 +33,18 @@ def check_names(spec: SpecFile) -> None:
         registry.get(functools.reduce(getattr, dotted.split("."), spec), f"{spec.file}: {dotted}")
 
 
-def load_model_spec(path: str | os.PathLike[str]) -> ModelSpec:
-    """Read a model spec (e.g. ``models/digits/h_sto.toml``) and check its names."""
-    spec = read_model_spec(path)
+def load_model_spec(path: str | os.PathLike[str], text: str | None = None) -> ModelSpec:
+    """Read a model spec (e.g. ``models/digits/h_sto.toml``; ``text``: its content, if given)
+    and check its names."""
+    spec = read_model_spec(path, text)
     check_names(spec)
     return spec
 
 
-def load_inference_spec(path: str | os.PathLike[str]) -> InferenceSpec:
-    """Read an inference spec (e.g. ``inference/mfvi.toml``) and check its names."""
-    spec = read_inference_spec(path)
+def load_inference_spec(path: str | os.PathLike[str], text: str | None = None) -> InferenceSpec:
+    """Read an inference spec (e.g. ``inference/mfvi.toml``; ``text``: its content, if given)
+    and check its names."""
+    spec = read_inference_spec(path, text)
     check_names(spec)
     return spec
 

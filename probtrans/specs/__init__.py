@@ -18,7 +18,15 @@ from probtrans.specs.attention import (
     StandardSGPAOptions,
     StochasticOptions,
 )
-from probtrans.specs.base import Spec, SpecFile, parse, read_spec, read_toml, updated
+from probtrans.specs.base import (
+    Spec,
+    SpecFile,
+    parse,
+    read_spec,
+    read_spec_text,
+    read_toml,
+    updated,
+)
 from probtrans.specs.comparison import Comparison, Method
 from probtrans.specs.inference import (
     ElboSpec,
@@ -31,14 +39,16 @@ from probtrans.specs.inference import (
 from probtrans.specs.model import DataSpec, HeadSpec, ModelSpec, NetworkSpec, PriorSpec
 
 
-def read_model_spec(path: str | os.PathLike[str]) -> ModelSpec:
-    """A model spec file checked against its schema (e.g. ``models/digits/h_sto.toml``)."""
-    return read_spec(ModelSpec, path)
+def read_model_spec(path: str | os.PathLike[str], text: str | None = None) -> ModelSpec:
+    """A model spec file checked against its schema (e.g. ``models/digits/h_sto.toml``);
+    ``text``, if given, is its content."""
+    return read_spec(ModelSpec, path, text)
 
 
-def read_inference_spec(path: str | os.PathLike[str]) -> InferenceSpec:
-    """An inference spec file checked against its schema (e.g. ``inference/mfvi.toml``)."""
-    return read_spec(InferenceSpec, path)
+def read_inference_spec(path: str | os.PathLike[str], text: str | None = None) -> InferenceSpec:
+    """An inference spec file checked against its schema (e.g. ``inference/mfvi.toml``);
+    ``text``, if given, is its content."""
+    return read_spec(InferenceSpec, path, text)
 
 
 __all__ = [
@@ -68,6 +78,7 @@ __all__ = [
     "read_inference_spec",
     "read_model_spec",
     "read_spec",
+    "read_spec_text",
     "read_toml",
     "updated",
 ]

@@ -80,15 +80,26 @@ def check_heads(d_model: int, n_heads: int) -> None:
 
 def read_toml(path: str | os.PathLike[str]) -> dict:
     """The table of a TOML file; a missing, binary or malformed file raises ConfigError."""
+    return parse_toml(read_spec_text(path), str(path))
+
+
+def read_spec_text(path: str | os.PathLike[str]) -> str:
+    """The text of a spec file; a missing or binary file raises ConfigError."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such file")
     try:
-        return tomllib.loads(path.read_bytes().decode("utf-8"))
+        return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not a TOML file (not UTF-8 text: byte {err.start})") from None
+
+
+def parse_toml(text: str, source: str) -> dict:
+    """The table of TOML ``text``; malformed text raises ConfigError starting with ``source``."""
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path}: not valid TOML ({err})") from None
+        raise ConfigError(f"{source}: not valid TOML ({err})") from None
 
 
 def parse(cls: type[S], table: Any, source: str) -> S:
@@ -99,9 +110,11 @@ def parse(cls: type[S], table: Any, source: str) -> S:
         raise ConfigError(f"{source}: {explain(cls, err)}") from None
 
 
-def read_spec(cls: type[F], path: str | os.PathLike[str]) -> F:
-    """Read the spec file ``path`` as ``cls``."""
-    return parse(cls, read_toml(path), str(path)).located(str(path))
+def read_spec(cls: type[F], path: str | os.PathLike[str], text: str | None = None) -> F:
+    """Read the spec file ``path`` as ``cls``; with ``text``, that text stands for the file's
+    content (e.g. the copy a checkpoint keeps) and ``path`` only names it in messages."""
+    table = read_toml(path) if text is None else parse_toml(text, str(path))
+    return parse(cls, table, str(path)).located(str(path))
 
 
 def updated(spec: S, changes: dict[str, Any], source: str) -> S:
