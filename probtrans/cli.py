@@ -1,7 +1,9 @@
 """The ``probtrans`` command: fit, evaluate, describe, compare, corrections, schema.
 
 User errors (missing file, unknown key, bad value) print one ``error:`` line naming the file or
-field and exit with status 2; nothing already written is touched.
+field and exit with status 2; nothing already written is touched. Any other exception prints one
+``error:`` line with the command and a hint and exits with status 1 (``--debug`` shows the
+traceback); an interrupted command exits with status 130.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 from pathlib import Path
 
 from probtrans.errors import ConfigError, ProbtransError
@@ -30,7 +33,7 @@ def spec_path(path: str) -> Path:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from probtrans.report import format_table
-    from probtrans.run import HEADLINE, fit_run
+    from probtrans.run import HEADLINE, fit_run, read_timing
 
     model, inference = spec_path(args.model), spec_path(args.inference)
     out = Path(args.out or f"runs/{model.parent.name}-{model.stem}-{inference.stem}")
@@ -42,9 +45,12 @@ def cmd_fit(args: argparse.Namespace) -> int:
         seed=args.seed,
         device=args.device,
         progress=not args.quiet,
+        force=args.force,
     )
-    print(format_table(scores, HEADLINE + ("train_seconds",)))
+    print(format_table(scores, HEADLINE))
+    seconds = read_timing(out)["train_seconds"]
     print(f"run written to {out}/ (metrics.json, predictive.nc, report.png, checkpoint.pt)")
+    print(f"trained in {seconds:.1f} s (timing.json)")
     return 0
 
 
@@ -143,6 +149,9 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="probtrans", description="Transformers that estimate their own uncertainty (Pyro)."
     )
+    top.add_argument(
+        "--debug", action="store_true", help="show the traceback of an unexpected error"
+    )
     sub = top.add_subparsers(dest="command", required=True)
 
     fit = sub.add_parser("fit", help="train by SVI, evaluate, write a run folder")
@@ -153,6 +162,9 @@ def parser() -> argparse.ArgumentParser:
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("--device", default="cpu", help="cpu or cuda")
     fit.add_argument("--quiet", action="store_true", help="no progress bars")
+    fit.add_argument(
+        "--force", action="store_true", help="replace --out even if it is not a run folder"
+    )
     fit.set_defaults(run=cmd_fit)
 
     evaluate = sub.add_parser("evaluate", help="re-evaluate a saved run folder")
@@ -205,6 +217,21 @@ def main(argv: list[str] | None = None) -> int:
     except ProbtransError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"error: probtrans {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # a fault of probtrans or of the machine, not of the input
+        if args.debug:
+            traceback.print_exc()
+        first = (str(err).strip().splitlines() or [""])[0]
+        hint = "" if args.debug else "; run again with --debug for the traceback"
+        what = "out of memory" if isinstance(err, MemoryError) else f"{type(err).__name__}: {first}"
+        print(
+            f"error: probtrans {args.command} failed unexpectedly ({what}){hint}, and please "
+            f"report it if the input looks right",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

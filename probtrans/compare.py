@@ -44,7 +44,7 @@ from probtrans.errors import ConfigError
 from probtrans.io import read_json, save_png, write_text
 from probtrans.metrics import predictive_entropy, predictive_mean
 from probtrans.resolve import load_inference_spec, load_model_spec
-from probtrans.run import RunInfo, fit_run, read_probs
+from probtrans.run import RunInfo, fit_run, read_probs, read_timing
 from probtrans.specs import Comparison, Method, read_spec
 from probtrans.summary import summarise
 
@@ -153,7 +153,7 @@ def method_probs(
         probs, labels = read_probs(folder / "probs.npz")
         if method.variant not in probs:
             raise missing_variant(method)
-        seconds = RunInfo.read(read_json(folder / "metrics.json")).get("train_seconds", 0.0)
+        seconds = read_timing(folder).get("train_seconds", 0.0)
         rows.append((probs[method.variant], labels, seconds))
     if method.ensemble:
         combined = {s: np.concatenate([r[0][s] for r in rows]) for s in rows[0][0]}

@@ -11,6 +11,8 @@ per-data-set objective with the likelihood scaled by N / B.
 
 from __future__ import annotations
 
+import os
+
 import pyro
 import pyro.distributions as dist
 import torch
@@ -20,6 +22,7 @@ from torch import Tensor, nn
 
 from probtrans.data import DataBundle
 from probtrans.encoder import Encoder, PatchEmbedding, TokenEmbedding
+from probtrans.errors import ConfigError
 from probtrans.sngp import RandomFeatures, spectral_normalise
 from probtrans.specs import ModelSpec, NetworkSpec, PriorSpec
 
@@ -111,8 +114,42 @@ def build_encoder(net: NetworkSpec, embedding: nn.Module) -> Encoder:
     )
 
 
+#: bytes per parameter in training: float32 weight, gradient and Adam's two moments
+TRAINING_BYTES_PER_PARAMETER = 16
+
+
+def minimum_parameters(spec: ModelSpec, data: DataBundle) -> int:
+    """A lower bound on the parameter count of the network ``spec`` describes for ``data``:
+    embeddings, and per block the query/key/value/output maps (at least 3 d², as SGPA shares
+    W_q = W_k) and the MLP (2 d d_ff), and the head."""
+    net, d = spec.network, spec.network.d_model
+    if data.kind == "image":
+        channels, height, width = data.image_shape
+        embedding = channels * spec.data.patch_size**2 * d + (height * width) * d
+    else:
+        embedding = (data.vocab_size + net.max_positions) * d
+    return embedding + net.n_layers * (3 * d * d + 2 * d * net.d_ff) + d * data.n_classes
+
+
+def check_size(spec: ModelSpec, data: DataBundle) -> None:
+    """Refuse a network whose training state cannot fit in this machine's memory."""
+    count = minimum_parameters(spec, data)
+    needed = count * TRAINING_BYTES_PER_PARAMETER
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > memory:
+        net = spec.network
+        raise ConfigError(
+            f"{spec.file}: model: at least {count:.3g} parameters ({needed / 2**30:,.0f} GiB to "
+            f"train), more than this machine's {memory / 2**30:.0f} GiB of memory "
+            f"(model.d_model = {net.d_model}, model.d_ff = {net.d_ff}, "
+            f"model.n_layers = {net.n_layers})"
+        )
+
+
 def build_classifier(spec: ModelSpec, data: DataBundle) -> Classifier:
-    """The classifier a model spec describes, sized for ``data``."""
+    """The classifier a model spec describes, sized for ``data``; refuses one that cannot be
+    trained in this machine's memory (:func:`check_size`)."""
+    check_size(spec, data)
     net = spec.network
     if data.kind == "image":
         embedding = PatchEmbedding(data.image_shape, spec.data.patch_size, net.d_model)

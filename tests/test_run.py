@@ -14,7 +14,13 @@ from probtrans.checkpoint import load_checkpoint
 from probtrans.cli import main
 from probtrans.errors import ProbtransError
 from probtrans.inference.predictive import predict
-from probtrans.inference.train import Resumable, fit, kl_annealing_at
+from probtrans.inference.train import (
+    STATEFUL_KEYS,
+    Resumable,
+    TrainingState,
+    fit,
+    kl_annealing_at,
+)
 from probtrans.model import build_classifier
 from probtrans.resolve import load_inference_spec, load_model_spec
 from probtrans.run import evaluate_run, fit_run, load_run
@@ -117,15 +123,17 @@ def test_an_interrupted_fit_resumes_where_it_stopped_and_ends_as_an_uninterrupte
             torch.testing.assert_close(got[part][name], value, rtol=0, atol=0)
     written = json.loads((straight / "metrics.json").read_text())
     assert scores["nll"] == written["nll"] and scores["epochs"] == written["epochs"] == 2
-    assert scores["train_seconds"] > 0
+    assert json.loads((resumed / "timing.json").read_text())["train_seconds"] > 0
 
 
 def test_a_saved_state_of_another_fit_is_not_resumed(tmp_path, tiny_model_file, capsys):
     inference = tiny_inference(tmp_path, "map")
     staging = tmp_path / "run.partial"
-    Resumable(staging / "resume.pt", {"seed": 1}).save({"epoch": 1})
+    other = {**TrainingState(epoch=1).as_dict(), **dict.fromkeys(STATEFUL_KEYS, {})}
+    Resumable(staging / "resume.pt", {"seed": 1}).save(other)
     fit_run(tiny_model_file, inference, tmp_path / "run", seed=0, epochs=1)
-    assert "resuming" not in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "resuming" not in out and "not a readable" not in err
     assert len(json.loads((tmp_path / "run" / "history.json").read_text())) == 1
 
 

@@ -4,7 +4,9 @@ The rows of the task (:mod:`probtrans.data.text`) are tokenised with a vocabular
 training split (:mod:`probtrans.data.tokenizer`). Bundles are cached in ``$PROBTRANS_CACHE_DIR``
 (default ``~/.cache/probtrans``) under a hash of the source files' sizes and modification times,
 the protocol, the seed and the tokenisation settings, so a second load neither re-reads nor
-re-tokenises the text. Cache files are checkpoints: tensors and strings, loaded safely.
+re-tokenises the text. Cache files are checkpoints: tensors and strings, loaded safely. A cache
+file that cannot be read, or lacks part of the bundle, is set aside as ``NAME.pt.unreadable``
+(replacing an older one) and rebuilt, with a note saying so.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer
 
-from probtrans.checkpoint import load_checkpoint, save_checkpoint
+from probtrans.checkpoint import UnreadableCheckpoint, load_checkpoint, require, save_checkpoint
 from probtrans.data.bundle import DataBundle, DataSplit
 from probtrans.data.text import (
     TASK_SOURCES,
@@ -27,11 +30,16 @@ from probtrans.data.text import (
     source_fingerprint,
 )
 from probtrans.data.tokenizer import encode, train_tokenizer
+from probtrans.errors import ProbtransError
 from probtrans.specs import DataSpec
 
 CACHE_DIR_ENV = "PROBTRANS_CACHE_DIR"
 CACHE_FORMAT = 2  # bump when the cached content changes meaning
 SPLITS = ("train", "val", "test", "ood")
+#: what a cache file holds (:func:`tokenise`)
+PAYLOAD_KEYS = ["tokenizer", "class_names"] + [
+    f"{s}_{k}" for s in SPLITS for k in ("ids", "labels")
+]
 
 
 def cache_dir() -> Path:
@@ -66,16 +74,35 @@ def tokenise(task: TextTask, spec: DataSpec) -> dict:
     return payload
 
 
+def read_cache(path: Path) -> dict | None:
+    """The payload cached at ``path``; None if there is none, or it was unreadable and has
+    been set aside."""
+    if not path.is_file():
+        return None
+    try:
+        return require(load_checkpoint(path), path, PAYLOAD_KEYS)
+    except UnreadableCheckpoint as err:
+        aside = path.with_name(path.name + ".unreadable")
+        os.replace(path, aside)
+        print(f"note: cache {err}; set aside as {aside} and rebuilt", file=sys.stderr)
+        return None
+
+
 def load_text_bundle(spec: DataSpec) -> DataBundle:
     """The tokenised :class:`DataBundle` of ``spec`` (IMDB or CoLA), from the cache if there."""
     key = cache_key(spec, TASK_SOURCES[spec.name])
     path = cache_dir() / f"{spec.name}-{spec.protocol}-{key}.pt"
-    cached = path.is_file()
-    if cached:
-        payload = load_checkpoint(path)
-    else:
+    payload = read_cache(path)
+    cached = payload is not None
+    if payload is None:
         payload = tokenise(load_text_task(spec.name, spec.protocol, spec.split_seed), spec)
-        save_checkpoint(path, payload)
+        try:
+            save_checkpoint(path, payload)
+        except OSError as err:
+            raise ProbtransError(
+                f"cache {path}: cannot be written ({err.strerror}); set ${CACHE_DIR_ENV} to a "
+                f"writable folder"
+            ) from None
     tokenizer = Tokenizer.from_str(payload["tokenizer"])
 
     def split(name: str) -> DataSplit:

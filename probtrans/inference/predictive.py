@@ -162,7 +162,7 @@ def inference_data(
                 "class": list(class_names),
             },
         }
-    return az.from_dict(
+    idata = az.from_dict(
         posterior_predictive=posterior_predictive,
         log_likelihood={"y": log_lik[None]},
         observed_data={"y": labels},
@@ -170,3 +170,6 @@ def inference_data(
         dims=dims,
         **kwargs,
     )
+    for group in idata.groups():  # no time stamp: the same draws give the same file
+        idata[group].attrs.pop("created_at", None)
+    return idata

@@ -1,11 +1,17 @@
 """SVI training loop: ELBO, optimiser with a learning-rate schedule, KL weight and annealing,
-validation after every epoch, early stopping, best-state checkpoints, and resumption.
+validation after every epoch, early stopping, best-state checkpoints, divergence detection and
+resumption.
 
 Each step minimises ``elbo.differentiable_loss(model, guide, ...)`` with a PyTorch optimiser over
 the classifier's and the guide's parameters (Pyro's loop for PyroModules that keep their
 parameters locally; see :mod:`probtrans.contract`). With a :class:`Resumable`, the whole training
 state is saved after every epoch and an interrupted fit continues from its last finished epoch,
 drawing the same batches and random numbers it would have drawn without the interruption.
+
+Divergence: a loss that is not finite, a network that produces NaN or infinite values, or a loss
+per example above ``train.divergence_factor`` times its scale at the start of the fit stops
+training with :class:`TrainingDiverged`, naming the epoch, the step and the likely cause; the
+states saved at earlier epochs are left as they were.
 """
 
 from __future__ import annotations
@@ -24,16 +30,22 @@ import pyro
 import pyro.util
 import torch
 from pyro.optim.clipped_adam import ClippedAdam
+from torch import Tensor
 from tqdm.auto import tqdm
 
 from probtrans import metrics
-from probtrans.checkpoint import load_checkpoint, save_checkpoint
+from probtrans.checkpoint import load_checkpoint, require, save_checkpoint
 from probtrans.data import DataBundle
+from probtrans.errors import ProbtransError
 from probtrans.inference.guide import build_guide
 from probtrans.inference.objective import KLWeight, make_elbo, self_guided
 from probtrans.inference.predictive import predict
 from probtrans.model import Classifier
 from probtrans.specs import InferenceSpec, OptimSpec
+
+#: keys of the resume file besides :class:`TrainingState`'s: the objects
+#: :meth:`SVITraining.stateful` returns
+STATEFUL_KEYS = ("model_state", "guide_state", "optimizer", "schedule", "generator", "rng")
 
 
 @dataclass
@@ -83,7 +95,8 @@ class Resumable:
     (e.g. specs, seed, epochs) that a saved state must match to be continued.
 
     ``saved`` is the state found in the file when it was opened, or None when there is none or it
-    belongs to another fit.
+    belongs to another fit. A file that cannot be read, or lacks part of the state, raises
+    :class:`~probtrans.checkpoint.UnreadableCheckpoint`.
     """
 
     path: Path
@@ -93,7 +106,9 @@ class Resumable:
     def __post_init__(self) -> None:
         if self.path.is_file():
             state = load_checkpoint(self.path)
-            if state.get("identity") == self.identity:
+            keys = ["identity", *(f.name for f in dataclasses.fields(TrainingState))]
+            require(state, self.path, [*keys, *STATEFUL_KEYS])
+            if state["identity"] == self.identity:
                 self.saved = state
 
     def save(self, state: dict[str, Any]) -> None:
@@ -104,6 +119,18 @@ class Stateful(Protocol):
     def state_dict(self) -> Any: ...
 
     def load_state_dict(self, state: Any) -> Any: ...
+
+
+class TrainingDiverged(ProbtransError):
+    """Training stopped because the loss or the network's values ran away."""
+
+    def __init__(self, epoch: int, step: int, steps: int, what: str, spec: InferenceSpec) -> None:
+        self.epoch = epoch
+        super().__init__(
+            f"training diverged at epoch {epoch}, step {step} of {steps}: {what}. The likely "
+            f"cause is a learning rate too high for this model (optim.lr = {spec.optim.lr:g}); "
+            f"lower it (or raise train.batch_size, use optim.name = 'clipped_adam') and fit again"
+        )
 
 
 class GeneratorState:
@@ -205,17 +232,49 @@ class SVITraining:
 
     def stateful(self) -> dict[str, Stateful]:
         """Everything with a state that changes during training, by its key in the resume file."""
-        return {
-            "model_state": self.classifier,
-            "guide_state": self.guide,
-            "optimizer": self.optimizer,
-            "schedule": self.schedule,
-            "generator": GeneratorState(self.generator),
-            "rng": GlobalRNGState(),
-        }
+        objects = (
+            self.classifier,
+            self.guide,
+            self.optimizer,
+            self.schedule,
+            GeneratorState(self.generator),
+            GlobalRNGState(),
+        )
+        return dict(zip(STATEFUL_KEYS, objects, strict=True))
 
-    def epoch(self, epoch: int, progress: bool) -> float:
-        """One pass over the shuffled training data; returns the mean ELBO per example."""
+    def loss(self, index: Tensor, inputs: Tensor, mask: Tensor | None, labels: Tensor) -> Tensor:
+        """The negative ELBO of a batch, for the whole training set (the plate scales it)."""
+        inputs, labels = inputs.to(self.device), labels.to(self.device)
+        mask = None if mask is None else mask.to(self.device)
+        return self.elbo.differentiable_loss(
+            self.model,
+            self.weighted_guide,
+            inputs,
+            mask,
+            labels,
+            index=index.to(self.device),
+            n_data=len(self.data.train),
+        )
+
+    @torch.no_grad()
+    def loss_scale(self) -> float:
+        """The size of the loss per example at the current state: that of the first training
+        batch with every KL term at full weight (so that KL annealing cannot exceed it), at
+        least 1 nat. Leaves every random generator as it was."""
+        rng, annealing = pyro.util.get_rng_state(), self.kl.annealing
+        self.kl.annealing = 1.0
+        try:
+            batch = next(self.data.train.batches(self.spec.train.batch_size))
+            value = self.loss(*batch).item() / len(self.data.train)
+        finally:
+            self.kl.annealing = annealing
+            pyro.util.set_rng_state(rng)
+        return max(1.0, abs(value)) if math.isfinite(value) else 1.0
+
+    def epoch(self, epoch: int, progress: bool, limit: float = math.inf) -> float:
+        """One pass over the shuffled training data; returns the mean ELBO per example. Raises
+        :class:`TrainingDiverged` when the loss per example is not finite or exceeds ``limit``,
+        or the network's values are."""
         n_train, train = len(self.data.train), self.spec.train
         self.classifier.train()
         batches = self.data.train.batches(
@@ -233,24 +292,27 @@ class SVITraining:
             disable=not progress,
         )
         total = 0.0
-        for step, (index, inputs, mask, labels) in enumerate(bar):
+        for step, batch in enumerate(bar):
             self.kl.annealing = kl_annealing_at(self.spec, epoch - 1 + step / self.steps_per_epoch)
-            inputs, labels = inputs.to(self.device), labels.to(self.device)
-            mask = None if mask is None else mask.to(self.device)
             self.optimizer.zero_grad()
-            loss = self.elbo.differentiable_loss(
-                self.model,
-                self.weighted_guide,
-                inputs,
-                mask,
-                labels,
-                index=index.to(self.device),
-                n_data=n_train,
-            )
+            try:
+                loss = self.loss(*batch)
+            except ValueError as err:  # Pyro's check of a distribution's parameters
+                if "invalid values" not in str(err):
+                    raise
+                what = "the network produced NaN or infinite values"
+                raise TrainingDiverged(
+                    epoch, step + 1, self.steps_per_epoch, what, self.spec
+                ) from None
+            value = loss.item()
+            per_example = value / n_train
+            if not per_example <= limit:  # also NaN
+                what = f"the loss per example is {per_example:.4g} (limit {limit:.4g})"
+                raise TrainingDiverged(epoch, step + 1, self.steps_per_epoch, what, self.spec)
             loss.backward()
             self.optimizer.step()
             self.schedule.step()
-            total += loss.item()
+            total += value
         self.classifier.eval()
         return -total / self.steps_per_epoch / n_train
 
@@ -289,6 +351,7 @@ def fit(
         for key, stateful in svi.stateful().items():
             stateful.load_state_dict(resumable.saved[key])
     last = state.epoch if state.stopped else spec.train.epochs
+    limit = spec.train.divergence_factor * svi.loss_scale()
     monitor = f"val_{spec.train.monitor}"
     bar = tqdm(
         range(state.epoch + 1, last + 1),
@@ -302,7 +365,7 @@ def fit(
         started = time.perf_counter()
         record = {
             "epoch": epoch,
-            "elbo": svi.epoch(epoch, progress),
+            "elbo": svi.epoch(epoch, progress, limit),
             "kl_annealing": svi.kl.annealing,
         }
         record.update(validation_metric(classifier, svi.guide, data, spec, device))

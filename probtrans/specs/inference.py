@@ -77,6 +77,9 @@ class TrainSpec(Spec):
     """Posterior samples of the validation metric."""
     group_by_length: bool = False
     """Token data: batches of texts of similar length (less padding)."""
+    divergence_factor: Annotated[float, Field(gt=1)] = 1000.0
+    """Training stops as diverged when the loss per example exceeds this many times its size at
+    the start (the first batch's, with every KL term at full weight, at least 1 nat)."""
 
 
 class PredictiveSpec(Spec):
