@@ -9,6 +9,7 @@ from pyro.distributions import Independent
 
 from probtrans.contract import is_kl_term
 from probtrans.data import load_data
+from probtrans.errors import in_file
 from probtrans.model import build_classifier
 from probtrans.specs import ModelSpec
 
@@ -16,8 +17,9 @@ from probtrans.specs import ModelSpec
 def site_table(spec: ModelSpec, batch_size: int = 2) -> list[dict[str, str]]:
     """Trace the model of ``spec`` on ``batch_size`` training examples and list its sample sites:
     name, distribution class (unwrapping ``Independent``), batch shape, event shape, role."""
-    data = load_data(spec.data)
-    classifier = build_classifier(spec, data)
+    with in_file(spec.file):  # a data loader's or the encoder's ``data.patch_size = 3: ...``
+        data = load_data(spec.data)
+        classifier = build_classifier(spec, data)
     _, inputs, mask, labels = next(data.train.batches(batch_size))
     pyro.set_rng_seed(0)
     with torch.no_grad():

@@ -4,7 +4,8 @@ Rows come from local files under the folder named by the environment variable
 ``PROBTRANS_DATA_DIR`` (layout of the project's staged copies: ``imdb/{train,test}.jsonl.gz``,
 ``cr/tsv/test.tsv``, ``cola/raw/*.tsv``) and, when a file is not there, from the Hugging Face hub
 (:data:`HUB_SOURCES`). Every row is checked: a missing or unknown label, an empty text or bytes
-that are not UTF-8 raise :class:`~probtrans.errors.ProbtransError` naming ``file:line``.
+that are not UTF-8 raise :class:`~probtrans.errors.ProbtransError` naming ``file:line``, in one
+line; so does a file that cannot be read or decompressed.
 
 The split protocols (``data.protocol``) reproduce the two papers, seeded by ``data.split_seed``:
 
@@ -29,6 +30,7 @@ import gzip
 import json
 import math
 import os
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,10 +137,21 @@ def source_fingerprint(key: str) -> str:
 
 # ----------------------------------------------------------------------------- reading rows
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """The numbered lines of ``path`` (gunzipped if it ends in ``.gz``); a file that cannot be
+    read or decompressed raises ProbtransError naming it."""
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            yield number, raw.rstrip(b"\r\n")
+    try:
+        with opener(path, "rb") as fh:
+            for number, raw in enumerate(fh, start=1):
+                yield number, raw.rstrip(b"\r\n")
+    except gzip.BadGzipFile:
+        raise ProbtransError(f"{path}: not a gzip file") from None
+    except EOFError:
+        raise ProbtransError(f"{path}: truncated (the gzip stream ends early)") from None
+    except zlib.error as err:
+        raise ProbtransError(f"{path}: corrupt gzip data ({err})") from None
+    except OSError as err:
+        raise ProbtransError(f"{path}: cannot be read ({err.strerror or err})") from None
 
 
 def _check_label(value: object, classes: int) -> str | None:
@@ -159,11 +172,11 @@ def _check_label(value: object, classes: int) -> str | None:
 
 
 def _raise_problems(problems: list[str]) -> None:
-    """One error listing the first malformed rows, if there are any."""
+    """One error line listing the first malformed rows (``file:line: problem``), if any."""
     if problems:
         more = len(problems) - MAX_REPORTED
-        tail = f"\n(and {more} more malformed rows)" if more > 0 else ""
-        raise ProbtransError("malformed rows:\n" + "\n".join(problems[:MAX_REPORTED]) + tail)
+        tail = f" (and {more} more malformed rows)" if more > 0 else ""
+        raise ProbtransError("; ".join(problems[:MAX_REPORTED]) + tail)
 
 
 def read_labelled_file(
@@ -241,9 +254,10 @@ def _from_hub(key: str, classes: int) -> Dataset:
     try:
         table = datasets.load_dataset(hub_id, config, split=split)
     except Exception as err:  # offline, unknown id, ...: say where a local copy would go
+        reason = (str(err).strip().splitlines() or [""])[0]  # one line
         raise ProbtransError(
             f"{key}: no local file {source.local!r} under ${DATA_DIR_ENV}, and the hub dataset "
-            f"{name} could not be loaded ({type(err).__name__}: {err})"
+            f"{name} could not be loaded ({type(err).__name__}: {reason})"
         ) from None
     rows = range(*source.hub_rows) if source.hub_rows else range(len(table))
     table = table.select(rows)
