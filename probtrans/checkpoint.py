@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +43,19 @@ def save_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> No
 
 
 def _reason(err: Exception) -> str:
+    """One line for why ``torch.load(weights_only=True)`` refused a file (PyTorch's own text
+    runs to several lines and suggests ``weights_only=False``)."""
+    text = str(err)
     if isinstance(err, pickle.UnpicklingError):
-        return "it holds Python objects other than tensors and plain data; refused, not run"
-    text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+        if found:
+            name = found.group(1)
+            return f"it holds a Python object ({name}), not only plain data; refused, not run"
+        return "corrupt, or not written by torch.save"
+    if "zip archive" in text:
+        return "corrupt or truncated"
+    lines = text.strip().splitlines()
+    return lines[0] if lines else type(err).__name__
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
