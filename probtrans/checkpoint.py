@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +84,18 @@ def require(data: dict[str, Any], path: Path, keys: list[str]) -> dict[str, Any]
     if missing:
         raise UnreadableCheckpoint(path, f"incomplete: no {', '.join(missing)}")
     return data
+
+
+def load_cached(path: Path, keys: list[str]) -> dict[str, Any] | None:
+    """A cache file written by :func:`save_checkpoint` with every key of ``keys``; None if there
+    is none, or if it cannot be used: then it is set aside as ``NAME.unreadable`` (replacing an
+    older one, never deleted) with a note, for the caller to rebuild."""
+    if not path.is_file():
+        return None
+    try:
+        return require(load_checkpoint(path), path, keys)
+    except UnreadableCheckpoint as err:
+        aside = path.with_name(path.name + ".unreadable")
+        os.replace(path, aside)
+        print(f"note: cache {err}; set aside as {aside} and rebuilt", file=sys.stderr)
+        return None

@@ -771,18 +771,6 @@ def _(w: Workspace) -> Expect:
     return Expect(corrections(w, None, "--seed", "-1"), ("--seed",))
 
 
-@case("cache: corrections over a corrupt model.pt")
-def _(w: Workspace) -> Expect:
-    saved = w.write("corr/model.pt", b"not a checkpoint at all")
-    return Expect(corrections(w), (str(saved),))
-
-
-@case("cache: corrections over a model.pt holding pickled code")
-def _(w: Workspace) -> Expect:
-    saved = w.evil("corr/model.pt")
-    return Expect(corrections(w), (str(saved),), absent=("weights_only",))
-
-
 # ====================================================================== text data
 @case("data: cola with an empty data folder")
 def _(w: Workspace) -> Expect:

@@ -22,6 +22,7 @@ from probtrans.lock import folder_lock, lock_path
 from probtrans.run import fit_run
 from probtrans.specs import DataSpec
 from tests.conftest import ROOT, TINY_MODEL, tiny_inference
+from tests.test_corrections import TINY as TINY_SEGMENTATION
 
 DATA = os.environ.get("PROBTRANS_DATA_DIR")
 
@@ -221,6 +222,35 @@ def test_an_unreadable_cache_file_is_set_aside_and_rebuilt(tmp_path, monkeypatch
     assert not again.description["from_cache"]
     assert torch.equal(again.train.inputs, first.train.inputs)
     assert load_data(spec).description["from_cache"]  # the rebuilt cache is read next time
+
+
+class Exploit:
+    """Unpickling this would write ``marker``: a cache must never run it."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "code from a cache ran"))
+
+
+@pytest.mark.parametrize("damage", ["random", "pickled code"])
+def test_an_unreadable_corrections_model_is_set_aside_and_retrained(tmp_path, damage, capsys):
+    spec = tmp_path / "segmentation.toml"
+    spec.write_text(TINY_SEGMENTATION)
+    path = tmp_path / "corr" / "model.pt"
+    path.parent.mkdir()
+    if damage == "random":
+        path.write_bytes(os.urandom(500))
+    else:
+        torch.save({"format": 1, "state": Exploit(tmp_path / "pwned")}, path)
+    damaged = path.read_bytes()
+    assert main(["corrections", str(spec), "--out", str(path.parent)]) == 0
+    err = capsys.readouterr().err
+    assert f"note: cache {path}: not a readable probtrans checkpoint" in err
+    assert path.with_name("model.pt.unreadable").read_bytes() == damaged
+    assert set(load_checkpoint(path)) >= {"fingerprint", "state"}
+    assert not (tmp_path / "pwned").exists()
 
 
 # ------------------------------------------------------------------------- run folders

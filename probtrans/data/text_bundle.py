@@ -14,13 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer
 
-from probtrans.checkpoint import UnreadableCheckpoint, load_checkpoint, require, save_checkpoint
+from probtrans.checkpoint import load_cached, save_checkpoint
 from probtrans.data.bundle import DataBundle, DataSplit
 from probtrans.data.text import (
     TASK_SOURCES,
@@ -74,25 +73,11 @@ def tokenise(task: TextTask, spec: DataSpec) -> dict:
     return payload
 
 
-def read_cache(path: Path) -> dict | None:
-    """The payload cached at ``path``; None if there is none, or it was unreadable and has
-    been set aside."""
-    if not path.is_file():
-        return None
-    try:
-        return require(load_checkpoint(path), path, PAYLOAD_KEYS)
-    except UnreadableCheckpoint as err:
-        aside = path.with_name(path.name + ".unreadable")
-        os.replace(path, aside)
-        print(f"note: cache {err}; set aside as {aside} and rebuilt", file=sys.stderr)
-        return None
-
-
 def load_text_bundle(spec: DataSpec) -> DataBundle:
     """The tokenised :class:`DataBundle` of ``spec`` (IMDB or CoLA), from the cache if there."""
     key = cache_key(spec, TASK_SOURCES[spec.name])
     path = cache_dir() / f"{spec.name}-{spec.protocol}-{key}.pt"
-    payload = read_cache(path)
+    payload = load_cached(path, PAYLOAD_KEYS)
     cached = payload is not None
     if payload is None:
         payload = tokenise(load_text_task(spec.name, spec.protocol, spec.split_seed), spec)

@@ -24,7 +24,7 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from probtrans.checkpoint import load_checkpoint, save_checkpoint
+from probtrans.checkpoint import load_cached, save_checkpoint
 from probtrans.io import save_png, write_json
 from probtrans.segmentation.data import SegmentationData, load_segmentation_data
 from probtrans.segmentation.model import SegmentationModel, correct, train_segmentation
@@ -128,15 +128,15 @@ def save_plot(curve: dict, path: Path, title: str) -> None:
 def trained_model(
     spec: SegmentationSpec, data: SegmentationData, out: Path
 ) -> tuple[SegmentationModel, bool]:
-    """Reload DIR/model.pt if it was trained from the same settings, else train and save it."""
+    """Reload DIR/model.pt if it was trained from the same settings, else train and save it
+    (an unreadable model.pt is set aside first)."""
     path = out / "model.pt"
     fingerprint = json.dumps(spec.training_fingerprint(), sort_keys=True)
     model = SegmentationModel(spec.network)
-    if path.is_file():
-        saved = load_checkpoint(path)
-        if saved.get("fingerprint") == fingerprint:
-            model.load_state_dict(saved["state"])
-            return model.eval(), True
+    saved = load_cached(path, ["fingerprint", "state"])
+    if saved is not None and saved["fingerprint"] == fingerprint:
+        model.load_state_dict(saved["state"])
+        return model.eval(), True
     model = train_segmentation(spec, data)
     save_checkpoint(path, {"fingerprint": fingerprint, "state": model.state_dict()})
     return model, False
