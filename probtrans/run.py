@@ -428,6 +428,8 @@ def evaluate_run(
     metrics_file = run.path / "metrics.json"
     previous = read_json(metrics_file) if metrics_file.is_file() else {}
     timing = read_timing(run.path)
+    if "train_seconds" in previous:  # a run written before timing.json: keep its training time
+        timing.setdefault("train_seconds", previous["train_seconds"])
     with folder_lock(run.path, "probtrans evaluate"):
         started = time.perf_counter()
         scores = evaluate(run, samples=samples, device=device, seed=seed, progress=progress)

@@ -4,6 +4,7 @@ same seed → same bytes, and a fit killed at any moment resumes to the same fil
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -262,6 +263,15 @@ def test_evaluate_uses_the_specs_kept_in_the_checkpoint(tiny_run, capsys):
     err = capsys.readouterr().err
     assert f"note: {tiny_run / 'model.toml'} is not the spec this run was trained with" in err
     assert (tiny_run / "metrics.json").read_text() == before
+
+
+def test_evaluate_moves_the_training_time_of_an_older_run_into_timing_json(tiny_run):
+    metrics = json.loads((tiny_run / "metrics.json").read_text())
+    (tiny_run / "metrics.json").write_text(json.dumps({**metrics, "train_seconds": 12.5}))
+    (tiny_run / "timing.json").unlink()
+    assert main(["evaluate", str(tiny_run), "--quiet"]) == 0
+    assert json.loads((tiny_run / "metrics.json").read_text()) == metrics
+    assert json.loads((tiny_run / "timing.json").read_text())["train_seconds"] == 12.5
 
 
 def test_a_network_too_large_for_memory_is_refused_before_anything_is_allocated(tmp_path, capsys):
