@@ -19,6 +19,7 @@ import torch
 
 from probtrans.cli import main
 from tests.conftest import TINY_MODEL, TINY_TRAIN, tiny_inference
+from tests.test_corrections import TINY as TINY_SEGMENTATION
 
 TINY_TEXT_MODEL = """
 [data]
@@ -34,27 +35,6 @@ max_positions = 16
 """
 
 TINY_INFERENCE = '[guide]\nname = "delta"\n' + TINY_TRAIN
-
-
-TINY_SEGMENTATION = """
-[data]
-n_test = 12
-
-[model]
-d_model = 16
-n_heads = 2
-n_layers = 1
-d_ff = 16
-d_key = 4
-
-[train]
-steps = 2
-batch_size = 8
-
-[corrections]
-ks = [0, 5]
-n_test = 10
-"""
 
 
 class Exploit:
