@@ -95,7 +95,12 @@ def load_cached(path: Path, keys: list[str]) -> dict[str, Any] | None:
     try:
         return require(load_checkpoint(path), path, keys)
     except UnreadableCheckpoint as err:
-        aside = path.with_name(path.name + ".unreadable")
-        os.replace(path, aside)
-        print(f"note: cache {err}; set aside as {aside} and rebuilt", file=sys.stderr)
+        set_aside(err, path.with_name(path.name + ".unreadable"), "rebuilt", what="cache ")
         return None
+
+
+def set_aside(err: UnreadableCheckpoint, aside: Path, then: str, what: str = "") -> None:
+    """Rename the unreadable file of ``err`` to ``aside`` (never delete it) and say so, and
+    what happens ``then``."""
+    os.replace(err.path, aside)
+    print(f"note: {what}{err}; set aside as {aside}; {then}", file=sys.stderr)

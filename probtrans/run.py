@@ -27,7 +27,6 @@ as ``DIR.unreadable-resume.pt`` and the fit starts over.
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import sys
 import tempfile
@@ -42,7 +41,13 @@ import pyro
 import torch
 
 from probtrans import report
-from probtrans.checkpoint import UnreadableCheckpoint, load_checkpoint, require, save_checkpoint
+from probtrans.checkpoint import (
+    UnreadableCheckpoint,
+    load_checkpoint,
+    require,
+    save_checkpoint,
+    set_aside,
+)
 from probtrans.data import DataBundle, load_data
 from probtrans.errors import ProbtransError, in_file
 from probtrans.inference.guide import build_guide
@@ -236,8 +241,7 @@ def open_staging(
         resumable = Resumable(resume, identity)
     except UnreadableCheckpoint as err:
         aside = out_dir.with_name(out_dir.name + ".unreadable-resume.pt")
-        os.replace(resume, aside)
-        print(f"note: {err}; set aside as {aside}; the fit starts over", file=sys.stderr)
+        set_aside(err, aside, "the fit starts over")
         resumable = Resumable(resume, identity)
     if resumable.saved is None:
         shutil.rmtree(staging, ignore_errors=True)

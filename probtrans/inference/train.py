@@ -125,7 +125,6 @@ class TrainingDiverged(ProbtransError):
     """Training stopped because the loss or the network's values ran away."""
 
     def __init__(self, epoch: int, step: int, steps: int, what: str, spec: InferenceSpec) -> None:
-        self.epoch = epoch
         super().__init__(
             f"training diverged at epoch {epoch}, step {step} of {steps}: {what}. The likely "
             f"cause is a learning rate too high for this model (optim.lr = {spec.optim.lr:g}); "
