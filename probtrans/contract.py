@@ -12,33 +12,99 @@ Models emit sites through :func:`sample_attention` and :func:`kl_term`; the obje
   annealing scale like the KL of the global sites.
 - *Fused attention*: where the attention sites are hidden anyway, STO and H-STO return â v from
   one fused kernel without recording their sites (:mod:`probtrans.attention.gumbel`).
-- *Parameters live in their modules*: probtrans trains ``model.parameters()`` and
-  ``guide.parameters()`` with a PyTorch optimiser, so every PyroModule keeps its parameters
-  locally (``pyro.settings`` ``module_local_params``); importing this module sets that.
+- *Parameters live in their modules*: probtrans trains the parameters of its models and guides
+  with a PyTorch optimiser, so its own work runs under :func:`local_params` (Pyro's
+  ``module_local_params`` setting, scoped with ``pyro.settings.context``): nothing is read from or
+  written to the global param store, and nothing global changes. Models are built under it, so
+  they can then be called in either mode; the guides probtrans builds always keep their
+  parameters locally (:func:`keep_params_local`), so two runs in one session never share one.
+- *Attention sites are no guide's business*: an autoguide built on a model whose attention sites
+  are visible would become a per-example guide over attention matrices; :func:`sample_attention`
+  refuses that and names :func:`probtrans.self_guided`.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
+from typing import Any
 
 import pyro
 import pyro.distributions as dist
+from pyro.infer.autoguide.guides import prototype_hide_fn
+from pyro.nn import PyroModule
+from pyro.poutine.block_messenger import BlockMessenger
+from pyro.poutine.runtime import _PYRO_STACK
 from torch import Tensor
+
+from probtrans.errors import ProbtransError
 
 #: ``infer`` flag of sites whose guide is their own conditional distribution
 SELF_GUIDED = "probtrans_self_guided"
 #: ``infer`` flag of factor sites holding a per-example KL term
 KL_TERM = "probtrans_kl_term"
 
-pyro.settings.set(module_local_params=True)
-
 _FUSED: ContextVar[bool] = ContextVar("probtrans_fused_attention", default=False)
 
 
+def local_params() -> AbstractContextManager[None]:
+    """Run with every ``PyroModule`` keeping its parameters in the module (Pyro's
+    ``module_local_params``), for this block only; also a decorator."""
+    return pyro.settings.context(module_local_params=True)
+
+
+class LocalParams:
+    """Mixin of a ``PyroModule`` class that is built and called under :func:`local_params`,
+    whatever the global setting."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        with local_params():
+            super().__init__(*args, **kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with local_params():
+            return super().__call__(*args, **kwargs)
+
+
+@functools.cache
+def _local_class(cls: type[PyroModule]) -> type[PyroModule]:
+    return type(cls.__name__, (LocalParams, cls), {"__module__": cls.__module__})
+
+
+def keep_params_local(module: PyroModule) -> PyroModule:
+    """Make ``module`` (built under :func:`local_params`) keep its parameters locally whenever it
+    is called, in place, as Pyro's ``to_pyro_module_`` changes a module's class; returns it."""
+    module.__class__ = _local_class(type(module))
+    return module
+
+
+def _reaches_autoguide(name: str, distribution: dist.Distribution) -> bool:
+    """Whether an autoguide is tracing the model to find its latent sites and the site ``name``
+    would reach it, no block in between hiding it (as :func:`probtrans.self_guided` does)."""
+    msg = {"type": "sample", "name": name, "fn": distribution, "is_observed": False}
+    msg["infer"] = {SELF_GUIDED: True}
+    for messenger in reversed(_PYRO_STACK):  # innermost first
+        if isinstance(messenger, BlockMessenger):
+            if messenger.hide_fn is prototype_hide_fn:
+                return True
+            if messenger.hide_fn(msg):
+                return False
+    return False
+
+
 def sample_attention(name: str, distribution: dist.Distribution) -> Tensor:
-    """Draw attention weights (or another self-guided quantity) as the sample site ``name``."""
+    """Draw attention weights (or another self-guided quantity) as the sample site ``name``.
+
+    Raises if an autoguide is being built on a model that shows this site (see the module
+    docstring)."""
+    if _reaches_autoguide(name, distribution):
+        raise ProbtransError(
+            f"an autoguide is being built on a model with the attention site {name!r} visible; "
+            f"build it on probtrans.self_guided(model), which integrates attention by its own "
+            f"distribution (the training objective of stochastic attention and SGPA)"
+        )
     return pyro.sample(name, distribution, infer={SELF_GUIDED: True})
 
 

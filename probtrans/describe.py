@@ -7,13 +7,14 @@ import torch
 from pyro import poutine
 from pyro.distributions import Independent
 
-from probtrans.contract import is_kl_term
+from probtrans.contract import is_kl_term, local_params
 from probtrans.data import load_data
 from probtrans.errors import in_file
 from probtrans.model import build_classifier
 from probtrans.specs import ModelSpec
 
 
+@local_params()
 def site_table(spec: ModelSpec, batch_size: int = 2) -> list[dict[str, str]]:
     """Trace the model of ``spec`` on ``batch_size`` training examples and list its sample sites:
     name, distribution class (unwrapping ``Independent``), batch shape, event shape, role."""

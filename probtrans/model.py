@@ -18,11 +18,13 @@ import pyro.distributions as dist
 import torch
 from pyro.nn import PyroModule, PyroSample
 from pyro.nn.module import to_pyro_module_
+from pyro.poutine.runtime import am_i_wrapped
 from torch import Tensor, nn
 
+from probtrans.contract import local_params
 from probtrans.data import DataBundle
 from probtrans.encoder import Encoder, PatchEmbedding, TokenEmbedding
-from probtrans.errors import ConfigError
+from probtrans.errors import ConfigError, ProbtransError
 from probtrans.sngp import RandomFeatures, spectral_normalise
 from probtrans.specs import ModelSpec, NetworkSpec, PriorSpec
 
@@ -34,6 +36,12 @@ class Classifier(PyroModule):
     Call as ``model(inputs, mask, labels, index=..., n_data=...)``; ``labels=None`` samples them.
     Sites: weight priors (if any), attention sites ``encoder.layers.{i}.attn.*``, the deterministic
     ``features`` (B, D) (the linear head's input) and ``probs`` (B, C), and the likelihood ``obs``.
+
+    It is built under :func:`probtrans.contract.local_params`, so it can be called with Pyro's
+    parameters module-local or in the param store. A classifier whose weights carry priors is a
+    model, not a network: called outside any Pyro handler (no guide, no ``Predictive``, no
+    ``condition``) it would draw its weights from the prior, so it refuses; ``Run.predict`` and
+    ``Run.module`` are the trained network.
     """
 
     def __init__(
@@ -44,7 +52,8 @@ class Classifier(PyroModule):
         prior: PriorSpec,
         feature_map: nn.Module | None = None,
     ) -> None:
-        super().__init__()
+        with local_params():  # its Pyro context (shared by its submodules) then works in both
+            super().__init__()
         self.encoder = encoder
         self.feature_map = nn.Identity() if feature_map is None else feature_map
         self.head = nn.Linear(d_model, n_classes)  # d_model: the feature map's output width
@@ -85,6 +94,12 @@ class Classifier(PyroModule):
     ) -> Tensor:
         """inputs (B, ...), mask (B, L), labels (B,), index (B,) positions in a data set of size
         n_data (default: the batch is the whole data set) → logits (B, C)."""
+        if self.initial_weights and not am_i_wrapped():
+            raise ProbtransError(
+                "this classifier's weights carry priors, so calling it outside Pyro draws them "
+                "from the prior; use Run.predict(...) or Run.module() for the trained network, "
+                "or pyro.infer.Predictive(classifier, guide=...)"
+            )
         self.sample_globals()
         size = len(inputs) if n_data is None else n_data
         subsample = (

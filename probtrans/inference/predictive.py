@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from probtrans.attention import attention_sites
+from probtrans.contract import local_params
 from probtrans.data import DataSplit
 from probtrans.inference.objective import self_guided
 from probtrans.model import Classifier
@@ -29,6 +30,7 @@ with warnings.catch_warnings():  # ArviZ 0.23 announces its 1.0 refactor on impo
     import arviz as az
 
 
+@local_params()
 @torch.no_grad()
 def posterior_draws(guide: Callable, samples: int, split: DataSplit) -> dict[str, Tensor]:
     """S draws of every global site of ``guide`` (weights, inducing variables): name → (S, ...)."""
@@ -51,6 +53,7 @@ def dropout_on(classifier: Classifier) -> None:
             module.train()
 
 
+@local_params()
 @torch.no_grad()
 def predict(
     classifier: Classifier,

@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 
 from probtrans import metrics
 from probtrans.checkpoint import load_checkpoint, require, save_checkpoint
+from probtrans.contract import local_params
 from probtrans.data import DataBundle
 from probtrans.errors import ProbtransError
 from probtrans.inference.guide import build_guide
@@ -324,6 +325,7 @@ class SVITraining:
         )
 
 
+@local_params()
 def fit(
     classifier: Classifier,
     data: DataBundle,
