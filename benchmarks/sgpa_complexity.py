@@ -25,18 +25,18 @@ import numpy as np
 import torch
 from pyro import poutine
 
-from probtrans.attention import build_attention, default_options
+from probtrans.nn import SGPAttention, SoftmaxAttention, StandardSGPAttention
 
 KINDS = ("softmax", "sgpa", "sgpa_standard")
 
 
-def layer_options(kind: str, n_inducing: int):
+def attention_layer(kind: str, d_model: int, n_heads: int, n_inducing: int) -> torch.nn.Module:
     if kind == "softmax":
-        return default_options("softmax")
+        return SoftmaxAttention(d_model, n_heads)
     gp = {"kernel": "ard", "lengthscale": 1.0, "outputscale": 1.0}
     if kind == "sgpa":
-        return default_options("sgpa", n_inducing=n_inducing, **gp)
-    return default_options("sgpa_standard", **gp)
+        return SGPAttention(d_model, n_heads, n_inducing=n_inducing, **gp)
+    return StandardSGPAttention(d_model, n_heads, **gp)
 
 
 def time_pass(layer: torch.nn.Module, x: torch.Tensor, repeats: int) -> float:
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     for length in args.lengths:
         x = torch.randn(args.batch, length, args.d_model)
         for kind in KINDS:
-            layer = build_attention(layer_options(kind, args.inducing), args.d_model, args.heads)
+            layer = attention_layer(kind, args.d_model, args.heads, args.inducing)
             seconds[kind].append(time_pass(layer, x, args.repeats))
         print(f"{length:>6}" + "".join(f"{seconds[k][-1] * 1e3:>16.2f}" for k in KINDS))
 

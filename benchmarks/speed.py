@@ -49,14 +49,19 @@ from pyro import poutine
 from pyro.infer import Predictive, Trace_ELBO
 from torch import nn
 
-from probtrans.attention import build_attention, default_options
 from probtrans.contract import fused_attention
 from probtrans.data import DataBundle, DataSplit, load_data
-from probtrans.encoder import TokenEmbedding
 from probtrans.inference.guide import build_guide
 from probtrans.inference.objective import self_guided
 from probtrans.inference.predictive import predict
-from probtrans.model import build_classifier, build_encoder
+from probtrans.model import TokenEmbedding, build_classifier
+from probtrans.nn import (
+    Encoder,
+    HierarchicalStochasticAttention,
+    SGPAttention,
+    SoftmaxAttention,
+    StochasticAttention,
+)
 from probtrans.resolve import load_model_spec
 from probtrans.specs import GuideSpec
 
@@ -91,15 +96,19 @@ def tokens(n: int) -> torch.Tensor:
 
 
 def attention_layer(kind: str, fused: bool) -> Callable[[], None]:
-    spec = load_model_spec(SPEC)
-    options = {
-        "softmax": default_options("softmax"),
-        "sto": default_options("sto", tau=40.0),  # H-STO paper's STO-TRANS setting
-        "h_sto": spec.network.attention,
-        "sgpa": default_options("sgpa", n_inducing=16, kernel="ard"),
-    }[kind]
-    layer = build_attention(options, spec.network.d_model, spec.network.n_heads)
-    x = torch.randn(BATCH, LENGTH, spec.network.d_model, requires_grad=True)
+    net = load_model_spec(SPEC).network
+    width, heads = net.d_model, net.n_heads
+    if kind == "softmax":
+        layer = SoftmaxAttention(width, heads)
+    elif kind == "sto":
+        layer = StochasticAttention(width, heads, tau=40.0)  # H-STO paper's STO-TRANS setting
+    elif kind == "h_sto":
+        layer = HierarchicalStochasticAttention(
+            width, heads, **net.attention.model_dump(exclude={"kind"})
+        )
+    else:
+        layer = SGPAttention(width, heads, n_inducing=16, kernel="ard")
+    x = torch.randn(BATCH, LENGTH, width, requires_grad=True)
 
     def step() -> None:
         layer.zero_grad(set_to_none=True)
@@ -117,28 +126,43 @@ def attention_layer(kind: str, fused: bool) -> Callable[[], None]:
 # --- 2. training steps ----------------------------------------------------------------------
 
 
-def plain_network(kind: str) -> tuple[nn.Module, nn.Module]:
-    """The IMDB network as plain torch modules: encoder and linear head."""
-    net = load_model_spec(SPEC).network
-    if kind != "h_sto":
-        net.attention = default_options("softmax")
-    encoder = build_encoder(net, TokenEmbedding(VOCAB, net.max_positions, net.d_model))
-    return encoder, nn.Linear(net.d_model, 2)
+class PlainNetwork(nn.Module):
+    """The IMDB network in plain PyTorch, without the Pyro model around it: the classifier's
+    token embedding, dropout, encoder, mean pooling (no padding here) and linear head."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        net = load_model_spec(SPEC).network
+        self.embedding = TokenEmbedding(VOCAB, net.max_positions, net.d_model)
+        self.drop = nn.Dropout(net.dropout)
+        self.encoder = Encoder(
+            net.d_model,
+            net.n_heads,
+            net.n_layers,
+            d_ff=net.d_ff,
+            dropout=net.dropout,
+            norm=net.norm,
+            attention=net.attention if kind == "h_sto" else "softmax",
+        )
+        self.head = nn.Linear(net.d_model, 2)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(self.drop(self.embedding(ids))).mean(1))
 
 
 def plain_step(kind: str, with_prior: bool) -> Callable[[], None]:
     """Training step in plain PyTorch; with a prior, the loss is the MAP objective of the SVI
     step: N/B · Σ CE − log N(head | 0, s²)."""
-    encoder, head = plain_network(kind)
-    params = list(encoder.parameters()) + list(head.parameters())
-    optimizer = torch.optim.Adam(params, lr=1e-3)
+    network = PlainNetwork(kind)
+    head = network.head
+    optimizer = torch.optim.Adam(network.parameters(), lr=1e-3)
     inputs, labels = tokens(BATCH), torch.randint(2, (BATCH,))
     n_train, scale = 22_500, load_model_spec(SPEC).network.prior.scale
 
     def step() -> None:
         optimizer.zero_grad()
         with fused_attention():
-            logits = head(encoder(inputs))
+            logits = network(inputs)
         loss = n_train / BATCH * F.cross_entropy(logits, labels, reduction="sum")
         if with_prior:
             prior = torch.distributions.Normal(0.0, scale)
@@ -157,7 +181,7 @@ def data_bundle(n: int) -> DataBundle:
 
 
 def svi_step() -> Callable[[], None]:
-    """The step of ``probtrans.inference.train.fit``: self-guided model, delta guide,
+    """The step of ``probtrans.inference.train.train_classifier``: self-guided model, delta guide,
     Trace_ELBO, Adam."""
     data = data_bundle(BATCH)
     classifier = build_classifier(load_model_spec(SPEC), data)

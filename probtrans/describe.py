@@ -18,7 +18,7 @@ from probtrans.specs import ModelSpec
 def site_table(spec: ModelSpec, batch_size: int = 2) -> list[dict[str, str]]:
     """Trace the model of ``spec`` on ``batch_size`` training examples and list its sample sites:
     name, distribution class (unwrapping ``Independent``), batch shape, event shape, role."""
-    with in_file(spec.file):  # a data loader's or the encoder's ``data.patch_size = 3: ...``
+    with in_file(spec.file):  # a data loader's or the embedding's ``data.patch_size = 3: ...``
         data = load_data(spec.data)
         classifier = build_classifier(spec, data)
     _, inputs, mask, labels = next(data.train.batches(batch_size))

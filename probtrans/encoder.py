@@ -1,74 +1,117 @@
-"""Transformer encoder: embeddings, N blocks (pre- or post-LayerNorm), pooling.
+"""Transformer encoder: :class:`EncoderBlock` and :class:`Encoder`, (B, L, D) → (B, L, D).
 
-Written as plain ``torch.nn`` so it reads in one sitting; :class:`probtrans.model.Classifier`
-turns it into a ``PyroModule`` tree so any weight can carry a prior. Attention is pluggable: every
-block gets a module from :func:`probtrans.attention.build_attention`.
+Both are ``PyroModule``\\ s built by keywords, so they can sit in a user's own Pyro model: the
+sample sites of their attention layers are named after the module path, e.g.
+``encoder.layers.0.attn.a_v`` for an :class:`Encoder` held as ``self.encoder``. Attention is
+pluggable: a kind name of the registry (:data:`probtrans.attention.ATTENTION`) with its options
+as keywords, an options object of :mod:`probtrans.specs.attention`, an attention class, or (for
+one block) an attention module. The defaults of ``d_ff``, ``dropout`` and ``norm`` are those of
+a model spec's ``[model]`` table (:class:`~probtrans.specs.NetworkSpec`). Embeddings and pooling
+belong to the model around the encoder (:class:`probtrans.model.Classifier`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-import torch
+from pyro.nn import PyroModule
 from torch import Tensor, nn
 
-from probtrans.attention import build_attention
-from probtrans.errors import ConfigError, ProbtransError
+from probtrans.attention import ATTENTION, MultiHeadAttention
+from probtrans.specs import NetworkSpec, Spec
+
+#: an attention kind for :class:`EncoderBlock` and :class:`Encoder`: a kind name (``"sto"``), an
+#: options object (``StochasticOptions(tau=0.5)``), an attention class, or a built module
+Attention = str | Spec | type[MultiHeadAttention] | MultiHeadAttention
 
 
-class PatchEmbedding(nn.Module):
-    """Small images (B, C, H, W) → non-overlapping patch tokens (B, L, D) + learned positions."""
+def _network_default(name: str) -> Any:
+    """The default of the ``[model]`` field ``name``: written once, in NetworkSpec."""
+    return NetworkSpec.model_fields[name].default
 
-    def __init__(self, image_shape: tuple[int, int, int], patch_size: int, d_model: int) -> None:
-        super().__init__()
-        channels, height, width = image_shape
-        if height % patch_size or width % patch_size:
-            raise ConfigError(
-                f"data.patch_size = {patch_size}: must divide the image size {height}×{width}"
+
+D_FF: int = _network_default("d_ff")
+DROPOUT: float = _network_default("dropout")
+NORM: Literal["pre", "post"] = _network_default("norm")
+
+
+def make_attention(
+    attention: Attention, d_model: int, n_heads: int, **options: Any
+) -> MultiHeadAttention:
+    """The attention layer that ``attention`` and ``options`` describe (see :data:`Attention`);
+    keywords add to or replace those of an options object."""
+    if isinstance(attention, MultiHeadAttention):
+        if options:
+            raise TypeError(
+                f"attention options {sorted(options)} given with an already built "
+                f"{type(attention).__name__}"
             )
-        self.patch_size = patch_size
-        n_patches = (height // patch_size) * (width // patch_size)
-        self.proj = nn.Linear(channels * patch_size**2, d_model)
-        self.position = nn.Parameter(torch.randn(n_patches, d_model) * 0.02)
-
-    def forward(self, images: Tensor) -> Tensor:
-        p = self.patch_size
-        patches = nn.functional.unfold(images, kernel_size=p, stride=p)  # (B, C·p·p, L)
-        return self.proj(patches.transpose(1, 2)) + self.position
-
-
-class TokenEmbedding(nn.Module):
-    """Token ids (B, L) → token + learned position embeddings (B, L, D); id 0 is padding."""
-
-    def __init__(self, vocab_size: int, max_positions: int, d_model: int) -> None:
-        super().__init__()
-        self.token = nn.Embedding(vocab_size, d_model, padding_idx=0)
-        self.position = nn.Parameter(torch.randn(max_positions, d_model) * 0.02)
-
-    def forward(self, ids: Tensor) -> Tensor:
-        if ids.shape[1] > self.position.shape[0]:
-            raise ProbtransError(
-                f"token ids of shape {tuple(ids.shape)}: sequence length exceeds "
-                f"model.max_positions = {self.position.shape[0]}"
+        return attention
+    if isinstance(attention, str):
+        if attention not in ATTENTION.names():
+            raise ValueError(
+                f"attention = {attention!r}: unknown attention kind "
+                f"(known: {', '.join(ATTENTION.names())})"
             )
-        return self.token(ids) + self.position[: ids.shape[1]]
+        _, module = ATTENTION.get(attention, "attention")
+    elif isinstance(attention, Spec) and "kind" in type(attention).model_fields:
+        _, module = ATTENTION.get(attention.kind, "attention.kind")
+        options = {**attention.model_dump(exclude={"kind"}), **options}
+    elif isinstance(attention, type) and issubclass(attention, MultiHeadAttention):
+        module = attention
+    else:
+        raise TypeError(
+            f"attention = {attention!r}: must be a kind name ({', '.join(ATTENTION.names())}), "
+            "an attention options object, an attention class or an attention module"
+        )
+    return module(d_model, n_heads, **options)
 
 
-class Block(nn.Module):
-    """Self-attention and MLP sub-layers with residual connections and LayerNorm."""
+class EncoderBlock(PyroModule):
+    """Self-attention and MLP sub-layers with residual connections and LayerNorm.
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float, norm: str, attention: nn.Module):
+    Pre-LN: x + attn(LN(x)), then x + mlp(LN(x)); post-LN: LN(x + attn(x)), then LN(x + mlp(x)).
+
+    Args:
+        d_model: width of the token representations.
+        n_heads: attention heads; must divide ``d_model``.
+        d_ff: hidden width of the MLP.
+        dropout: dropout rate after each sub-layer and inside the MLP.
+        norm: ``"pre"`` or ``"post"`` LayerNorm.
+        attention: the attention kind (see :data:`Attention`), by default softmax attention.
+        **attention_options: the kind's options by name, e.g. ``tau=0.5`` for ``"sto"``. (The
+            attention's own ``dropout`` option, on its weights, goes in an options object,
+            ``attention=StochasticOptions(dropout=0.1)``: ``dropout`` here is the block's.)
+
+    Call as ``block(x, mask)``: x (B, L, d_model), mask (B, L) bool, True for real tokens, or
+    None → (B, L, d_model). The attention layer is ``block.attn``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        d_ff: int = D_FF,
+        dropout: float = DROPOUT,
+        norm: Literal["pre", "post"] = NORM,
+        attention: Attention = "softmax",
+        **attention_options: Any,
+    ) -> None:
+        if norm not in ("pre", "post"):
+            raise ValueError(f"{type(self).__name__}: norm = {norm!r}: must be 'pre' or 'post'")
+        attn = make_attention(attention, d_model, n_heads, **attention_options)
         super().__init__()
         self.pre_norm = norm == "pre"
         self.ln1 = nn.LayerNorm(d_model)
-        self.attn = attention
+        self.attn = attn
         self.ln2 = nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(
             nn.Linear(d_model, d_ff), nn.GELU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
         )
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         if self.pre_norm:
             x = x + self.drop(self.attn(self.ln1(x), mask))
             return x + self.drop(self.mlp(self.ln2(x)))
@@ -76,58 +119,45 @@ class Block(nn.Module):
         return self.ln2(x + self.drop(self.mlp(x)))
 
 
-class Encoder(nn.Module):
-    """Embedding → blocks → (final LayerNorm if pre-LN) → pooled representation (B, D).
+class Encoder(PyroModule):
+    """``n_layers`` :class:`EncoderBlock`\\ s (``encoder.layers``), then a final LayerNorm if
+    pre-LN: (B, L, d_model) → (B, L, d_model).
 
     Args:
-        embedding: a :class:`PatchEmbedding` or :class:`TokenEmbedding`.
-        attention: options dataclass of the attention kind used in every block.
-        pooling: ``"mean"`` over real tokens, or ``"first"`` (a learned [CLS] token is prepended).
+        d_model, n_heads, d_ff, dropout, norm, attention, **attention_options: as for
+            :class:`EncoderBlock`; every block gets its own attention layer of the same kind and
+            options (so ``attention`` is a kind name, options object or class, not a module).
+        n_layers: number of blocks.
+
+    Call as ``encoder(x, mask)``: x (B, L, d_model), mask (B, L) bool, True for real tokens, or
+    None. Sites of block i's attention: ``{path}.layers.{i}.attn.*``.
     """
 
     def __init__(
         self,
-        embedding: nn.Module,
-        attention: Any,
         d_model: int,
         n_heads: int,
         n_layers: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        norm: str = "pre",
-        pooling: str = "mean",
+        *,
+        d_ff: int = D_FF,
+        dropout: float = DROPOUT,
+        norm: Literal["pre", "post"] = NORM,
+        attention: Attention = "softmax",
+        **attention_options: Any,
     ) -> None:
-        super().__init__()
-        self.embedding = embedding
-        self.pooling = pooling
-        self.cls = nn.Parameter(torch.zeros(1, 1, d_model)) if pooling == "first" else None
-        self.drop = nn.Dropout(dropout)
-        self.layers = nn.ModuleList(
-            Block(
-                d_model,
-                d_ff,
-                dropout,
-                norm,
-                build_attention(attention, d_model, n_heads),
+        if isinstance(attention, MultiHeadAttention):
+            raise TypeError(
+                f"{type(self).__name__}: attention = {type(attention).__name__} module: give a "
+                "kind name, options object or class, from which every layer builds its own"
             )
-            for _ in range(n_layers)
+        super().__init__()
+        block = dict(d_ff=d_ff, dropout=dropout, norm=norm, attention=attention)
+        self.layers = PyroModule[nn.ModuleList](
+            EncoderBlock(d_model, n_heads, **block, **attention_options) for _ in range(n_layers)
         )
         self.ln_f = nn.LayerNorm(d_model) if norm == "pre" else nn.Identity()
 
-    def forward(self, inputs: Tensor, mask: Tensor | None = None) -> Tensor:
-        """inputs: images (B, C, H, W) or token ids (B, L); mask: (B, L) bool → (B, D)."""
-        x = self.embedding(inputs)
-        if self.cls is not None:
-            x = torch.cat([self.cls.expand(len(x), -1, -1), x], dim=1)
-            if mask is not None:
-                mask = torch.cat([mask.new_ones(len(x), 1), mask], dim=1)
-        x = self.drop(x)
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         for layer in self.layers:
             x = layer(x, mask)
-        x = self.ln_f(x)
-        if self.pooling == "first":
-            return x[:, 0]
-        if mask is None:
-            return x.mean(1)
-        weights = mask.unsqueeze(-1).to(x.dtype)
-        return (x * weights).sum(1) / weights.sum(1).clamp_min(1.0)
+        return self.ln_f(x)

@@ -1,4 +1,8 @@
-"""The Pyro classifier: p(y | x, W, â) = Categorical(softmax(head(encoder(x)))).
+"""The Pyro classifier: p(y | x, W, â) = Categorical(softmax(head(pool(encoder(embed(x)))))).
+
+The whole network is here: embeddings of images (patches) or token ids, an optional [CLS]
+token, the transformer :class:`~probtrans.encoder.Encoder` (its blocks and attention layers are
+the public :mod:`probtrans.nn`), pooling, and the head.
 
 Random variables of the model:
 - attention weights â of stochastic attention kinds, local sites inside the ``data`` plate;
@@ -18,24 +22,70 @@ import pyro.distributions as dist
 import torch
 from pyro.nn import PyroModule, PyroSample
 from pyro.nn.module import to_pyro_module_
-from pyro.poutine.runtime import am_i_wrapped
+from pyro.poutine.runtime import am_i_wrapped, get_plates
 from torch import Tensor, nn
 
 from probtrans.contract import local_params
 from probtrans.data import DataBundle
-from probtrans.encoder import Encoder, PatchEmbedding, TokenEmbedding
+from probtrans.encoder import Encoder
 from probtrans.errors import ConfigError, ProbtransError
 from probtrans.sngp import RandomFeatures, spectral_normalise
-from probtrans.specs import ModelSpec, NetworkSpec, PriorSpec
+from probtrans.specs import ModelSpec, NetworkSpec
+
+
+class PatchEmbedding(nn.Module):
+    """Small images (B, C, H, W) → non-overlapping patch tokens (B, L, D) + learned positions."""
+
+    def __init__(self, image_shape: tuple[int, int, int], patch_size: int, d_model: int) -> None:
+        super().__init__()
+        channels, height, width = image_shape
+        if height % patch_size or width % patch_size:
+            raise ConfigError(
+                f"data.patch_size = {patch_size}: must divide the image size {height}×{width}"
+            )
+        self.patch_size = patch_size
+        n_patches = (height // patch_size) * (width // patch_size)
+        self.proj = nn.Linear(channels * patch_size**2, d_model)
+        self.position = nn.Parameter(torch.randn(n_patches, d_model) * 0.02)
+
+    def forward(self, images: Tensor) -> Tensor:
+        p = self.patch_size
+        patches = nn.functional.unfold(images, kernel_size=p, stride=p)  # (B, C·p·p, L)
+        return self.proj(patches.transpose(1, 2)) + self.position
+
+
+class TokenEmbedding(nn.Module):
+    """Token ids (B, L) → token + learned position embeddings (B, L, D); id 0 is padding."""
+
+    def __init__(self, vocab_size: int, max_positions: int, d_model: int) -> None:
+        super().__init__()
+        self.token = nn.Embedding(vocab_size, d_model, padding_idx=0)
+        self.position = nn.Parameter(torch.randn(max_positions, d_model) * 0.02)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        if ids.shape[1] > self.position.shape[0]:
+            raise ProbtransError(
+                f"token ids of shape {tuple(ids.shape)}: sequence length exceeds "
+                f"model.max_positions = {self.position.shape[0]}"
+            )
+        return self.token(ids) + self.position[: ids.shape[1]]
 
 
 class Classifier(PyroModule):
-    """Encoder + head as a Pyro model: logits = head(feature_map(encoder(x))), ``head`` linear and
-    ``feature_map`` the identity or SNGP's random Fourier features (:mod:`probtrans.sngp`).
+    """The network of a ``[model]`` table as a Pyro model: logits = head(feature_map(pool(
+    encoder(drop([CLS] + embedding(x)))))), ``head`` linear and ``feature_map`` the identity or
+    SNGP's random Fourier features (:mod:`probtrans.sngp`).
+
+    Args:
+        net: the ``[model]`` table (:class:`~probtrans.specs.NetworkSpec`).
+        embedding: inputs → tokens (B, L, d_model): a :class:`PatchEmbedding` or
+            :class:`TokenEmbedding`.
+        n_classes: number of classes C.
 
     Call as ``model(inputs, mask, labels, index=..., n_data=...)``; ``labels=None`` samples them.
     Sites: weight priors (if any), attention sites ``encoder.layers.{i}.attn.*``, the deterministic
     ``features`` (B, D) (the linear head's input) and ``probs`` (B, C), and the likelihood ``obs``.
+    :meth:`encode` is the pooled representation (B, d_model).
 
     It is built under :func:`probtrans.contract.local_params`, so it can be called with Pyro's
     parameters module-local or in the param store. A classifier whose weights carry priors is a
@@ -44,22 +94,36 @@ class Classifier(PyroModule):
     ``Run.module`` are the trained network.
     """
 
-    def __init__(
-        self,
-        encoder: nn.Module,
-        d_model: int,
-        n_classes: int,
-        prior: PriorSpec,
-        feature_map: nn.Module | None = None,
-    ) -> None:
+    def __init__(self, net: NetworkSpec, embedding: nn.Module, n_classes: int) -> None:
         with local_params():  # its Pyro context (shared by its submodules) then works in both
             super().__init__()
-        self.encoder = encoder
-        self.feature_map = nn.Identity() if feature_map is None else feature_map
-        self.head = nn.Linear(d_model, n_classes)  # d_model: the feature map's output width
+        d = net.d_model
+        self.embedding = embedding
+        self.pooling = net.pooling  # "mean" over real tokens, or "first": a learned [CLS] token
+        self.cls = nn.Parameter(torch.zeros(1, 1, d)) if net.pooling == "first" else None
+        self.drop = nn.Dropout(net.dropout)
+        self.encoder = Encoder(
+            d,
+            net.n_heads,
+            net.n_layers,
+            d_ff=net.d_ff,
+            dropout=net.dropout,
+            norm=net.norm,
+            attention=net.attention,
+        )
+        if net.spectral_norm:
+            spectral_normalise(self.encoder.layers, net.spectral_norm)
+        if net.head.kind == "random_features":
+            self.feature_map = RandomFeatures(d, net.head.features, net.head.lengthscale)
+            width = net.head.features
+        else:
+            self.feature_map, width = nn.Identity(), d
+        self.head = nn.Linear(width, n_classes)
         to_pyro_module_(self)
+        self.register_load_state_dict_pre_hook(_moved_out_of_the_encoder)
         #: initial values of the weights that carry priors (guides start from them)
         self.initial_weights: dict[str, Tensor] = {}
+        prior = net.prior
         if prior.weights != "none":
             root = self.head if prior.weights == "last_layer" else self
             prefix = "head." if prior.weights == "last_layer" else ""
@@ -84,6 +148,22 @@ class Classifier(PyroModule):
             for name in getattr(module, "_pyro_samples", {}):
                 getattr(module, name)
 
+    def encode(self, inputs: Tensor, mask: Tensor | None = None) -> Tensor:
+        """inputs: images (B, C, H, W) or token ids (B, L); mask: (B, L) bool, True for real
+        tokens → the pooled representation (B, d_model)."""
+        x = self.embedding(inputs)
+        if self.cls is not None:
+            x = torch.cat([self.cls.expand(len(x), -1, -1), x], dim=1)
+            if mask is not None:
+                mask = torch.cat([mask.new_ones(len(x), 1), mask], dim=1)
+        x = self.encoder(self.drop(x), mask)
+        if self.pooling == "first":
+            return x[:, 0]
+        if mask is None:
+            return x.mean(1)
+        weights = mask.unsqueeze(-1).to(x.dtype)
+        return (x * weights).sum(1) / weights.sum(1).clamp_min(1.0)
+
     def forward(
         self,
         inputs: Tensor,
@@ -100,13 +180,21 @@ class Classifier(PyroModule):
                 "from the prior; use Run.predict(...) or Run.module() for the trained network, "
                 "or pyro.infer.Predictive(classifier, guide=...)"
             )
+        outer = [frame.name for frame in get_plates() if frame.vectorized]
+        if outer:
+            raise ProbtransError(
+                f"this classifier runs one sample per call, not inside the vectorised plates "
+                f"{outer} (Predictive(parallel=True), vectorised ELBO particles); use "
+                f"Predictive(..., parallel=False), or probtrans.inference.predictive.predict and "
+                f"Run.predict, which batch the samples themselves"
+            )
         self.sample_globals()
         size = len(inputs) if n_data is None else n_data
         subsample = (
             index if index is not None else (torch.arange(size) if size == len(inputs) else None)
         )
         with pyro.plate("data", size, subsample_size=len(inputs), subsample=subsample):
-            features = self.feature_map(self.encoder(inputs, mask))  # (B, D), pooled
+            features = self.feature_map(self.encode(inputs, mask))  # (B, D)
             pyro.deterministic("features", features, event_dim=1)
             logits = self.head(features)
             pyro.deterministic("probs", logits.softmax(-1), event_dim=1)
@@ -114,19 +202,17 @@ class Classifier(PyroModule):
         return logits
 
 
-def build_encoder(net: NetworkSpec, embedding: nn.Module) -> Encoder:
-    """The encoder a ``[model]`` table describes, on top of ``embedding``."""
-    return Encoder(
-        embedding,
-        net.attention,
-        net.d_model,
-        net.n_heads,
-        net.n_layers,
-        net.d_ff,
-        dropout=net.dropout,
-        norm=net.norm,
-        pooling=net.pooling,
-    )
+#: state-dict keys of checkpoints written when the embedding and the [CLS] token were inside the
+#: encoder → their keys now
+MOVED_KEYS = {"encoder.embedding.": "embedding.", "encoder.cls": "cls"}
+
+
+def _moved_out_of_the_encoder(module: nn.Module, state: dict, prefix: str, *_: object) -> None:
+    """Load such checkpoints (their weights are the same)."""
+    for key in list(state):
+        for old, new in MOVED_KEYS.items():
+            if key.startswith(prefix + old):
+                state[prefix + new + key[len(prefix + old) :]] = state.pop(key)
 
 
 #: bytes per parameter in training: float32 weight, gradient and Adam's two moments
@@ -170,10 +256,4 @@ def build_classifier(spec: ModelSpec, data: DataBundle) -> Classifier:
         embedding = PatchEmbedding(data.image_shape, spec.data.patch_size, net.d_model)
     else:
         embedding = TokenEmbedding(data.vocab_size, net.max_positions, net.d_model)
-    encoder = build_encoder(net, embedding)
-    if net.spectral_norm:
-        spectral_normalise(encoder.layers, net.spectral_norm)
-    if net.head.kind == "random_features":
-        feature_map = RandomFeatures(net.d_model, net.head.features, net.head.lengthscale)
-        return Classifier(encoder, net.head.features, data.n_classes, net.prior, feature_map)
-    return Classifier(encoder, net.d_model, data.n_classes, net.prior)
+    return Classifier(net, embedding, data.n_classes)

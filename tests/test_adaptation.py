@@ -19,7 +19,6 @@ from probtrans.adaptation import (
     precision_objective,
     propagate_corrections,
 )
-from probtrans.attention import build_attention, default_options
 from probtrans.attention.gaussian_mixture import (
     Mixture,
     infer_values,
@@ -28,6 +27,7 @@ from probtrans.attention.gaussian_mixture import (
     responsibilities,
     square_distance,
 )
+from probtrans.nn import GaussianMixtureAttention
 from probtrans.segmentation import SegmentationModel, SegmentationSpec
 
 TOL = 1e-9
@@ -343,7 +343,7 @@ def test_model_level_calls_are_differentiable_and_restore_the_model():
 
 def test_adaptation_in_attention_layers_changes_their_output():
     torch.manual_seed(0)
-    layer = build_attention(default_options("gaussian_mixture", beta=1.0), 16, 2)
+    layer = GaussianMixtureAttention(16, 2, beta=1.0)
     x = torch.randn(2, 5, 16)
     plain = layer(x)
     adapted = adapt_keys(layer, x, n_iter=3, theta_xi=0.01)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from pyro import poutine
 from pyro.distributions import RelaxedOneHotCategorical, RelaxedOneHotCategoricalStraightThrough
 
-from probtrans.attention import build_attention, default_options
+from probtrans.nn import HierarchicalStochasticAttention, SoftmaxAttention, StochasticAttention
 
 B, L, D, H = 3, 5, 8, 2
 
@@ -42,7 +42,7 @@ def padding():
 
 
 def test_softmax_matches_handwritten_scaled_dot_product(x, padding):
-    attn = build_attention(default_options("softmax"), D, H)
+    attn = SoftmaxAttention(D, H)
     q, k, v = heads(attn, x)
     logits = q @ k.transpose(-1, -2) / math.sqrt(D // H)
     weights = logits.masked_fill(~padding[:, None, None, :], -math.inf).softmax(-1)
@@ -50,7 +50,7 @@ def test_softmax_matches_handwritten_scaled_dot_product(x, padding):
 
 
 def test_sto_site_is_relaxed_categorical_of_qk_and_output_uses_the_sample(x, padding):
-    attn = build_attention(default_options("sto", tau=3.0), D, H)
+    attn = StochasticAttention(D, H, tau=3.0)
     trace = poutine.trace(attn).get_trace(x, padding)
     site = trace.nodes["a_v"]
     fn = site["fn"].base_dist
@@ -65,9 +65,9 @@ def test_sto_site_is_relaxed_categorical_of_qk_and_output_uses_the_sample(x, pad
     torch.testing.assert_close(trace.nodes["_RETURN"]["value"], output(attn, a_v, v))
 
 
-@pytest.mark.parametrize("kind", ["sto", "h_sto"])
+@pytest.mark.parametrize("kind", [StochasticAttention, HierarchicalStochasticAttention])
 def test_padding_keys_get_exactly_zero_weight(kind, x, padding):
-    attn = build_attention(default_options(kind), D, H)
+    attn = kind(D, H)
     trace = poutine.trace(attn).get_trace(x, padding)
     a_v = trace.nodes["a_v"]["value"]  # (B, H, L, L)
     assert torch.all(a_v[0, :, :, 3:] == 0) and torch.all(a_v[2, :, :, 1:] == 0)
@@ -84,7 +84,7 @@ def test_padding_keys_get_exactly_zero_weight(kind, x, padding):
 
 def test_sto_hard_samples_average_to_softmax_attention(x):
     """Gumbel-max: the mean of one-hot samples of Categorical(logits) is softmax(logits)."""
-    attn = build_attention(default_options("sto", hard=True), D, H)
+    attn = StochasticAttention(D, H, hard=True)
     q, k, _ = heads(attn, x)
     draws = torch.stack(
         [poutine.trace(attn).get_trace(x, None).nodes["a_v"]["value"] for _ in range(4000)]
@@ -95,7 +95,7 @@ def test_sto_hard_samples_average_to_softmax_attention(x):
 
 
 def test_straight_through_passes_gradients(x):
-    attn = build_attention(default_options("h_sto", hard=True), D, H)
+    attn = HierarchicalStochasticAttention(D, H, hard=True)
     attn(x, None).sum().backward()
     assert attn.qkv.weight.grad.abs().sum() > 0 and attn.centroids.grad.abs().sum() > 0
     trace = poutine.trace(attn).get_trace(x, None)
@@ -104,8 +104,9 @@ def test_straight_through_passes_gradients(x):
 
 @pytest.mark.parametrize("centroids", ["layer", "head"])
 def test_h_sto_follows_eq_14_to_17(centroids, x, padding):
-    options = default_options("h_sto", tau1=0.5, tau2=7.0, n_centroids=3, centroids=centroids)
-    attn = build_attention(options, D, H)
+    attn = HierarchicalStochasticAttention(
+        D, H, tau1=0.5, tau2=7.0, n_centroids=3, centroids=centroids
+    )
     assert attn.centroids.shape == ((H,) if centroids == "head" else ()) + (D // H, 3)
     trace = poutine.trace(attn).get_trace(x, padding)
     q, k, v = heads(attn, x)
@@ -130,7 +131,7 @@ def test_h_sto_follows_eq_14_to_17(centroids, x, padding):
 
 def test_relaxed_sample_equals_gumbel_softmax_of_the_same_noise(x):
     """Eq. 11: â = softmax((logits + g) / τ) with g = −log(−log u); Pyro's rsample draws u."""
-    attn = build_attention(default_options("sto", tau=2.0), D, H)
+    attn = StochasticAttention(D, H, tau=2.0)
     q, k, _ = heads(attn, x)
     logits = q @ k.transpose(-1, -2)
     pyro.set_rng_seed(3)

@@ -10,10 +10,10 @@ from torch import nn
 
 from probtrans import calibration, metrics
 from probtrans.attention import MultiHeadAttention
-from probtrans.encoder import Encoder
 from probtrans.inference.laplace import LastLayerLaplace, hessian
 from probtrans.inference.predictive import predict
 from probtrans.model import build_classifier
+from probtrans.nn import Encoder
 from tests.conftest import tiny_spec
 
 NO_GUIDE = lambda *args, **kwargs: {}  # noqa: E731

@@ -1,4 +1,5 @@
-"""Encoder: text and image embeddings, pre/post-LN, pooling, padding never leaks."""
+"""The classifier's network: text and image embeddings, pre/post-LN, pooling, padding never
+leaks."""
 
 from __future__ import annotations
 
@@ -55,8 +56,8 @@ def test_batches_drop_all_padding_columns_without_changing_the_prediction():
     assert inputs_a.shape == (2, 5) and inputs_b.shape == (2, 4)  # longest real sequence
     for index, inputs, cut_mask in [(index_a, inputs_a, mask_a), (index_b, inputs_b, mask_b)]:
         with torch.no_grad():
-            full = classifier.encoder(ids[index], mask[index])
-            cut = classifier.encoder(inputs, cut_mask)
+            full = classifier.encode(ids[index], mask[index])
+            cut = classifier.encode(inputs, cut_mask)
         torch.testing.assert_close(cut, full)
 
 
@@ -104,7 +105,7 @@ def test_too_long_sequences_are_refused_with_the_field_name():
 def test_image_patches_cover_the_image(digits):
     spec = tiny_spec("softmax")
     classifier = build_classifier(spec, digits)
-    tokens = classifier.encoder.embedding(digits.test.inputs[:4])
+    tokens = classifier.embedding(digits.test.inputs[:4])
     assert tokens.shape == (4, 16, spec.network.d_model)
     spec.data.patch_size = 3
     with pytest.raises(ProbtransError, match="patch_size = 3"):

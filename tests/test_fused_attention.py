@@ -8,11 +8,11 @@ import torch
 from pyro import poutine
 from scipy import stats
 
-from probtrans.attention import build_attention, default_options
 from probtrans.attention.gumbel import CHUNK, fused_relaxed_attention, gumbel, uniform
 from probtrans.contract import fused_attention
 from probtrans.inference.objective import self_guided
 from probtrans.model import build_classifier
+from probtrans.nn import HierarchicalStochasticAttention, StochasticAttention
 from tests.conftest import tiny_spec
 
 OPTIONS = {
@@ -23,9 +23,9 @@ OPTIONS = {
 
 
 def layer(name: str, width: int = 16, heads: int = 4):
-    kind = "sto" if name == "sto" else "h_sto"
+    kind = StochasticAttention if name == "sto" else HierarchicalStochasticAttention
     pyro.set_rng_seed(11)
-    return build_attention(default_options(kind, **OPTIONS[name]), width, heads)
+    return kind(width, heads, **OPTIONS[name])
 
 
 def run(attn, x, mask, seed: int, fused: bool):
@@ -109,7 +109,7 @@ def test_fused_kernel_is_the_gumbel_softmax_of_the_same_noise():
 
 
 def test_dropout_on_the_fused_path_only_in_training():
-    attn = build_attention(default_options("sto", tau=2.0, dropout=0.5), 8, 2)
+    attn = StochasticAttention(8, 2, tau=2.0, dropout=0.5)
     x = torch.randn(2, 5, 8)
     with fused_attention():
         attn.eval()

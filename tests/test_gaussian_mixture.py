@@ -9,7 +9,6 @@ import torch
 
 from probtrans.attention import build_attention, default_options
 from probtrans.attention.gaussian_mixture import (
-    GaussianMixtureAttention,
     Mixture,
     infer_values,
     mask_units,
@@ -17,12 +16,12 @@ from probtrans.attention.gaussian_mixture import (
     value_m_step,
     value_objective,
 )
-from probtrans.attention.softmax import SoftmaxAttention
 from probtrans.data import load_data
 from probtrans.errors import ConfigError
 from probtrans.model import build_classifier
+from probtrans.nn import GaussianMixtureAttention, SoftmaxAttention
 from probtrans.resolve import load_model_spec
-from probtrans.specs import ModelSpec, SoftmaxOptions
+from probtrans.specs import ModelSpec
 
 B, L = 3, 7
 
@@ -59,7 +58,7 @@ def test_beta_none_with_length_priors_is_softmax_attention(n_heads):
     """β → 0 and the Eq. 16–17 priors give softmax(α q·k) (Eq. 20–21) with α = 1/√d_head."""
     d_head = 8
     q, k, v, mask = random_heads(n_heads, d_head, seed=n_heads)
-    softmax = SoftmaxAttention(n_heads * d_head, n_heads, SoftmaxOptions())
+    softmax = SoftmaxAttention(n_heads * d_head, n_heads)
     for n_iter in (1, 3):
         gm = build_attention(
             default_options("gaussian_mixture", n_iter=n_iter), n_heads * d_head, n_heads
@@ -71,8 +70,8 @@ def test_beta_none_with_length_priors_is_softmax_attention(n_heads):
 
 def test_alpha_is_the_inverse_softmax_temperature():
     q, k, v, mask = random_heads(2, 8, seed=3)
-    softmax = SoftmaxAttention(16, 2, SoftmaxOptions(tau=0.7))
-    gm = build_attention(default_options("gaussian_mixture", alpha=1 / 0.7), 16, 2)
+    softmax = SoftmaxAttention(16, 2, tau=0.7)
+    gm = GaussianMixtureAttention(16, 2, alpha=1 / 0.7)
     torch.testing.assert_close(
         gm.attend(q, k, v, mask), softmax.attend(q, k, v, mask), atol=2e-6, rtol=1e-5
     )
@@ -82,13 +81,11 @@ def test_alpha_is_the_inverse_softmax_temperature():
 def test_beta_to_zero_converges_to_softmax_attention(n_heads):
     """Several EM iterations with β > 0 approach softmax attention as β → 0, linearly in β."""
     q, k, v, mask = random_heads(n_heads, 4, seed=5, dtype=torch.float64)
-    softmax = SoftmaxAttention(4 * n_heads, n_heads, SoftmaxOptions()).double()
+    softmax = SoftmaxAttention(4 * n_heads, n_heads).double()
     expected = softmax.attend(q, k, v, mask)
     errors = []
     for beta in (1e-1, 1e-3, 1e-5, 1e-7):
-        gm = build_attention(
-            default_options("gaussian_mixture", beta=beta, n_iter=4), 4 * n_heads, n_heads
-        ).double()
+        gm = GaussianMixtureAttention(4 * n_heads, n_heads, beta=beta, n_iter=4).double()
         errors.append((gm.attend(q, k, v, mask) - expected).abs().max().item())
     assert errors[-1] < 1e-6
     for larger, smaller in zip(errors, errors[1:], strict=False):
@@ -98,7 +95,7 @@ def test_beta_to_zero_converges_to_softmax_attention(n_heads):
 def test_length_priors_give_eq_19():
     """With Eq. 16–17 priors and shared precisions, w_ij = softmax_j(α ξ_j·q_i + β μ_j·v_i)."""
     q, k, v, mask = random_heads(2, 4, seed=7, dtype=torch.float64)
-    gm = build_attention(default_options("gaussian_mixture", alpha=0.8, beta=0.6), 8, 2)
+    gm = GaussianMixtureAttention(8, 2, alpha=0.8, beta=0.6)
     mix = gm.double().units.mixture(k, v, mask)
     estimate = torch.randn(q.shape, dtype=torch.float64)
     scores = 0.8 * q @ k.transpose(-1, -2) + 0.6 * estimate @ v.transpose(-1, -2)
@@ -110,10 +107,7 @@ def test_length_priors_give_eq_19():
 @pytest.mark.parametrize("precision", ["fixed", "shared", "head", "unit"])
 def test_padding_units_get_exactly_zero_responsibility(prior, precision):
     q, k, v, mask = random_heads(2, 4, seed=11)
-    options = default_options(
-        "gaussian_mixture", beta=1.0, n_iter=3, prior=prior, precision=precision
-    )
-    gm = build_attention(options, 8, 2)
+    gm = GaussianMixtureAttention(8, 2, beta=1.0, n_iter=3, prior=prior, precision=precision)
     w = responsibilities(q, gm.units.mixture(k, v, mask), v)
     assert (w[0, :, :, 5:] == 0).all() and (w[2, :, :, 3:] == 0).all()
     k2, v2 = k.clone(), v.clone()
@@ -194,5 +188,5 @@ def test_model_spec_accepts_and_checks_gaussian_mixture(tmp_path):
 
 
 def test_default_alpha_is_one_over_sqrt_d_head():
-    gm = build_attention(default_options("gaussian_mixture"), 32, 2)
+    gm = GaussianMixtureAttention(32, 2)
     assert math.isclose(gm.units.log_alpha.exp().item(), 16**-0.5, rel_tol=1e-6)

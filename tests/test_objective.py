@@ -27,7 +27,7 @@ def batch(digits, size=8):
 
 def sampled_nll(classifier, inputs, labels, n_data):
     """Hand-computed N/B · Σ −log p(y | x, â, W) with â drawn by a plain forward pass."""
-    logits = classifier.head(classifier.encoder(inputs, None))
+    logits = classifier.head(classifier.encode(inputs))
     return n_data / len(inputs) * F.cross_entropy(logits, labels, reduction="sum")
 
 

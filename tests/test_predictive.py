@@ -32,7 +32,7 @@ def test_each_draw_of_the_weights_is_shared_by_every_example_and_batch(digits):
     small = predict(classifier, guide, split, samples=4, batch_size=7, draws=draws)
     large = predict(classifier, guide, split, samples=4, batch_size=1000, draws=draws)
     with torch.no_grad():
-        features = classifier.encoder(split.inputs, None)  # (N, D)
+        features = classifier.encode(split.inputs)  # (N, D)
         logits = features @ draws["head.weight"].transpose(-1, -2) + draws["head.bias"][:, None]
     expected = logits.softmax(-1).numpy()  # (S, N, C)
     assert small["probs"].shape == (4, len(split), digits.n_classes)

@@ -20,8 +20,7 @@ from pyro import poutine
 from pyro.infer import TraceMeanField_ELBO
 from torch.distributions import MultivariateNormal, Normal, kl_divergence
 
-from probtrans.attention import default_options
-from probtrans.attention.sgpa import DecoupledSGPAttention, StandardSGPAttention
+from probtrans.attention import build_attention
 from probtrans.describe import site_table
 from probtrans.gp import (
     AutoInducingCholesky,
@@ -34,6 +33,7 @@ from probtrans.gp import (
 from probtrans.inference.guide import build_guide
 from probtrans.inference.objective import self_guided
 from probtrans.model import build_classifier
+from probtrans.nn import SGPAttention, StandardSGPAttention
 from probtrans.resolve import load_model_spec
 from probtrans.specs import GuideSpec
 from tests.conftest import ROOT, tiny_spec
@@ -137,7 +137,7 @@ def test_amortised_mean_and_variance_match_float64_at_the_imdb_scales():
     differences of nearly equal matrices (variances 3e-9 to 2e-7 against σ_f² = 0.0183): with K_aa
     and K_aa v_a in float32 the residual was 50 % off and the variances up to 40 %."""
     options = load_model_spec(ROOT / "models" / "imdb" / "sgpa.toml").network.attention
-    layer = DecoupledSGPAttention(128, 8, options)
+    layer = build_attention(options, 128, 8)
     x = F.layer_norm(torch.randn(2, 512, 128), (128,))  # the pre-LN block's input to the layer
     with torch.no_grad():
         x_a, v_a = layer.project(x, None)  # (B, H, T, d)
@@ -187,8 +187,7 @@ def test_global_kl_equals_gpytorch_and_torch(gp_inputs):
     equals GPyTorch's whitened VariationalStrategy KL and torch's MVN KL, same parameters."""
     _, _, _, _, loc, scale_tril = gp_inputs
     loc, scale_tril = loc.float(), scale_tril.float()
-    options = default_options("sgpa", kernel="ard", n_inducing=M)
-    layer = DecoupledSGPAttention(H * DV, H, options)
+    layer = SGPAttention(H * DV, H, kernel="ard", n_inducing=M)
 
     def model():  # the layer's forward pass, with only its inducing site visible
         return poutine.block(layer, expose=["u_g"])(torch.randn(1, T, H * DV))
@@ -282,9 +281,7 @@ def test_ill_conditioned_k_gg_is_retried_with_more_jitter():
 
 @pytest.mark.parametrize("sampling", ["marginal", "full"])
 def test_layer_with_coincident_global_points_gives_finite_outputs(sampling):
-    options = default_options("sgpa", kernel="exponential", n_inducing=M, jitter=1e-9)
-    options.sampling = sampling
-    layer = DecoupledSGPAttention(8, H, options)
+    layer = SGPAttention(8, H, kernel="exponential", n_inducing=M, jitter=1e-9, sampling=sampling)
     with torch.no_grad():
         layer.z_g.copy_(layer.z_g[:, :1].expand_as(layer.z_g))  # K_gg of rank one
         layer.kernel.outputscale = torch.full((H,), 50.0)
@@ -293,12 +290,10 @@ def test_layer_with_coincident_global_points_gives_finite_outputs(sampling):
     assert torch.isfinite(out).all()
 
 
-@pytest.mark.parametrize("kind", ["sgpa", "sgpa_standard"])
+@pytest.mark.parametrize("kind", [SGPAttention, StandardSGPAttention])
 def test_padding_tokens_do_not_change_real_outputs(kind):
     """Changing the padding tokens leaves the outputs' distribution at real tokens unchanged."""
-    options = default_options(kind, kernel="ard", lengthscale=2.0)
-    cls = DecoupledSGPAttention if kind == "sgpa" else StandardSGPAttention
-    layer = cls(8, H, options)
+    layer = kind(8, H, kernel="ard", lengthscale=2.0)
     x = torch.randn(B, T, 8)
     mask = torch.ones(B, T, dtype=torch.bool)
     mask[1, 3:] = False

@@ -1,18 +1,27 @@
 """Multi-head self-attention skeleton shared by every attention kind.
 
-An attention kind subclasses :class:`MultiHeadAttention` and implements :meth:`attend` on
-per-head queries, keys and values. Stochastic kinds draw their weights as self-guided Pyro sample
-sites (:func:`probtrans.contract.sample_attention`). A layer is a ``PyroModule``, so its sites are
+An attention kind subclasses :class:`MultiHeadAttention`, names its options class (a
+:class:`~probtrans.specs.base.Spec` of :mod:`probtrans.specs.attention`, where the defaults and
+bounds are written) as :attr:`~MultiHeadAttention.options_class`, and implements :meth:`attend`
+on per-head queries, keys and values. It is built by keywords, ``StochasticAttention(64, 4,
+tau=0.5)``; the options are checked by the options class and kept as ``layer.options``.
+Stochastic kinds draw their weights as self-guided Pyro sample sites
+(:func:`probtrans.contract.sample_attention`). A layer is a ``PyroModule``, so its sites are
 named after where it sits in the model: ``encoder.layers.0.attn.a_v`` in a
-:class:`~probtrans.model.Classifier`, ``a_v`` on its own.
+:class:`~probtrans.model.Classifier`, ``attn1.a_v`` as the attribute ``attn1`` of a user's
+``PyroModule``, ``a_v`` on its own.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from pydantic import ValidationError
 from pyro.nn import PyroModule
 from torch import Tensor, nn
+
+from probtrans.specs import Spec
+from probtrans.specs.base import explain
 
 
 def masked_logits(logits: Tensor, key_mask: Tensor | None) -> Tensor:
@@ -25,36 +34,64 @@ def masked_logits(logits: Tensor, key_mask: Tensor | None) -> Tensor:
     return logits.masked_fill(~key_mask[:, None, None, :], float("-inf"))
 
 
+def check_options(cls: type, options_class: type[Spec], options: dict[str, Any]) -> Any:
+    """``options`` (keywords) validated by ``options_class``; an unknown keyword raises
+    TypeError and a bad value ValueError, both starting with the name of ``cls``."""
+    names = [name for name in options_class.model_fields if name != "kind"]
+    unknown = [name for name in options if name not in names]
+    if unknown:
+        raise TypeError(
+            f"{cls.__name__}: unknown option {unknown[0]!r} (options: {', '.join(names)})"
+        )
+    try:
+        return options_class(**options)
+    except ValidationError as err:
+        raise ValueError(f"{cls.__name__}: {explain(options_class, err)}") from None
+
+
 class MultiHeadAttention(PyroModule):
     """Query/key/value/output projections around a per-head :meth:`attend`.
 
     Args:
         d_model: width of the token representations.
         n_heads: number of heads; must divide ``d_model``.
-        fused_qkv: build the fused query/key/value projection; kinds with their own projections
-            (SGPA's shared W_qk) pass False and override :meth:`forward`.
+        **options: the options of the kind, by name (see :attr:`options_class`); checked and
+            kept as :attr:`options`.
+
+    Call as ``layer(x, mask)``: x (B, L, d_model), mask (B, L) bool, True for real tokens
+    (padding keys get zero weight), or None → (B, L, d_model).
     """
 
+    #: the kind's options (pydantic, :mod:`probtrans.specs.attention`): names, defaults, bounds
+    options_class: ClassVar[type[Spec]]
+    #: whether the layer has the fused query/key/value projection ``qkv``; kinds with their own
+    #: projections (SGPA's shared W_qk) set False and override :meth:`forward`
+    fused_qkv: ClassVar[bool] = True
     #: local sample sites :meth:`attend` draws (names within the layer)
     sample_sites: ClassVar[tuple[str, ...]] = ()
     #: global inducing-variable sites of the layer (names within the layer)
     inducing_sites: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, d_model: int, n_heads: int, fused_qkv: bool = True) -> None:
-        super().__init__()
+    def __init__(self, d_model: int, n_heads: int, **options: Any) -> None:
+        checked = check_options(type(self), self.options_class, options)
         if d_model % n_heads:
-            raise ValueError(f"n_heads = {n_heads} must divide d_model = {d_model}")
+            raise ValueError(
+                f"{type(self).__name__}: n_heads = {n_heads} must divide d_model = {d_model}"
+            )
+        super().__init__()
+        #: the validated options (an instance of :attr:`options_class`)
+        self.options = checked
         self.n_heads = n_heads
         self.d_head = d_model // n_heads
-        if fused_qkv:
+        if self.fused_qkv:
             self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
 
-    def forward(self, x: Tensor, key_mask: Tensor | None = None) -> Tensor:
-        """x: (B, L, D); key_mask: (B, L) bool, True for real tokens → (B, L, D)."""
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """x: (B, L, D); mask: (B, L) bool, True for real tokens → (B, L, D)."""
         batch, length, width = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.n_heads, self.d_head).unbind(2)
-        h = self.attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), key_mask)
+        h = self.attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask)
         return self.out(h.transpose(1, 2).reshape(batch, length, width))
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None) -> Tensor:

@@ -35,6 +35,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -199,12 +200,20 @@ class GaussianMixtureAttention(MultiHeadAttention):
     """Multi-head self-attention whose heads are Gaussian mixtures of the tokens (units).
 
     Per head: queries q_i, keys ξ_j and expected values μ_j are the usual projections of the
-    tokens; the output is the EM estimate of the values (Eq. 13–15).
+    tokens; the output is the EM estimate of the values (Eq. 13–15). No sample site.
+
+    ``GaussianMixtureAttention(d_model, n_heads, **options)``, options by name (defaults and
+    bounds: :class:`~probtrans.specs.GaussianMixtureOptions`): ``alpha`` (query precision α;
+    unset: 1/√d_head), ``beta`` (value precision β; unset: β → 0), ``precision`` (``"fixed"``,
+    ``"shared"``, ``"head"``, ``"unit"``), ``prior`` (π: ``"length"``, ``"uniform"``,
+    ``"learned"``), ``n_iter`` (EM iterations).
     """
 
-    def __init__(self, d_model: int, n_heads: int, options: GaussianMixtureOptions) -> None:
-        super().__init__(d_model, n_heads)
-        self.units = MixtureUnits(options, n_heads, self.d_head, self.d_head)
+    options_class = GaussianMixtureOptions
+
+    def __init__(self, d_model: int, n_heads: int, **options: Any) -> None:
+        super().__init__(d_model, n_heads, **options)
+        self.units = MixtureUnits(self.options, n_heads, self.d_head, self.d_head)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None) -> Tensor:
         return self.units(q, k, v, key_mask)

@@ -14,6 +14,8 @@ The authors' code shares one centroid matrix per layer across heads with c = 2; 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -24,18 +26,28 @@ from probtrans.contract import fused_attention_enabled, sample_attention
 from probtrans.specs import HierarchicalOptions
 
 
-class HierarchicalAttention(MultiHeadAttention):
-    """Two sample sites per layer: ``a_c`` (H, L, c) and ``a_v`` (H, L, L)."""
+class HierarchicalStochasticAttention(MultiHeadAttention):
+    """H-STO-TRANS attention (Eq. 14–17): two sample sites per layer, ``a_c`` (H, L, c) and
+    ``a_v`` (H, L, L).
 
+    ``HierarchicalStochasticAttention(d_model, n_heads, **options)``, options by name (defaults
+    and bounds: :class:`~probtrans.specs.HierarchicalOptions`): ``tau1`` (τ₁, keys over
+    centroids), ``tau2`` (τ₂, queries over values), ``n_centroids`` (c), ``centroids`` (one
+    matrix per ``"layer"`` or per ``"head"``), ``hard`` (straight-through samples), ``dropout``
+    (on the value attention).
+    """
+
+    options_class = HierarchicalOptions
     sample_sites = ("a_c", "a_v")
 
-    def __init__(self, d_model: int, n_heads: int, options: HierarchicalOptions) -> None:
-        super().__init__(d_model, n_heads)
-        self.tau1, self.tau2 = options.tau1, options.tau2
-        self.hard = options.hard
-        self.dropout = options.dropout
-        shape = (self.d_head, options.n_centroids)
-        if options.centroids == "head":
+    def __init__(self, d_model: int, n_heads: int, **options: Any) -> None:
+        super().__init__(d_model, n_heads, **options)
+        opts = self.options
+        self.tau1, self.tau2 = opts.tau1, opts.tau2
+        self.hard = opts.hard
+        self.dropout = opts.dropout
+        shape = (self.d_head, opts.n_centroids)
+        if opts.centroids == "head":
             shape = (n_heads, *shape)
         self.centroids = nn.Parameter(torch.randn(shape) * self.d_head**-0.5)
 

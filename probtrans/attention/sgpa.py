@@ -8,12 +8,12 @@ and values have their own W_v; the heads' outputs are concatenated and projected
 
 Two kinds:
 
-``sgpa`` — :class:`DecoupledSGPAttention`, the paper's method (§3.3–3.4). Per layer and head, M_g
-learnable global inducing locations Z_g give the global keys k_g = G(Z_g) W_qk. The whitened
-global inducing variables are ONE global Pyro sample site per layer, ``{module}.u_g`` (e.g.
-``encoder.layers.0.attn.u_g``), event shape (H, d_head, M_g), prior N(0, I); its guide is chosen
-by name (``guide.inducing``: cholesky / diagonal / delta, :mod:`probtrans.gp.guides`). Given u_g,
-the output is the local, self-guided site ``{module}.f`` (event (H, d_head, T)), the
+``sgpa`` — :class:`SGPAttention`, decoupled SGPA, the paper's method (§3.3–3.4). Per layer and
+head, M_g learnable global inducing locations Z_g give the global keys k_g = G(Z_g) W_qk. The
+whitened global inducing variables are ONE global Pyro sample site per layer, ``{module}.u_g``
+(e.g. ``encoder.layers.0.attn.u_g``), event shape (H, d_head, M_g), prior N(0, I); its guide is
+chosen by name (``guide.inducing``: cholesky / diagonal / delta, :mod:`probtrans.gp.guides`).
+Given u_g, the output is the local, self-guided site ``{module}.f`` (event (H, d_head, T)), the
 conditional p(F | u_g) of :mod:`probtrans.gp.decoupled`: its guide is itself, as in any SVGP
 where q(f, u) = p(f | u) q(u). The amortised part of the decoupled KL enters the ELBO through
 the factor ``kl_term("{module}.kl_amortised", ½ Σ_{h,d} v_aᵀ (K_aa − K_ag K_gg⁻¹ K_ga) v_a)``
@@ -46,6 +46,8 @@ weighting with their linear annealing over half of the epochs.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyro.distributions as dist
 import torch
 import torch.nn.functional as F
@@ -58,10 +60,9 @@ from probtrans.gp.decoupled import decoupled_conditional
 from probtrans.gp.kernels import head_kernel
 from probtrans.gp.standard import standard_posterior
 from probtrans.specs import SGPAOptions, StandardSGPAOptions
-from probtrans.specs.attention import KernelName
 
 
-def whitened_prior(layer: DecoupledSGPAttention) -> dist.Distribution:
+def whitened_prior(layer: SGPAttention) -> dist.Distribution:
     """p(ε) = N(0, I) for every head and output dimension: event shape (H, d_head, M_g)."""
     eye = layer.prior_scale_tril  # (M_g, M_g)
     # a full-shape (not expanded) mean: guides initialised at it get writable parameters
@@ -70,30 +71,29 @@ def whitened_prior(layer: DecoupledSGPAttention) -> dist.Distribution:
 
 
 class KernelAttention(MultiHeadAttention):
-    """Shared projection W_qk for queries and keys, W_v for values, a per-head kernel."""
+    """Shared projection W_qk for queries and keys, W_v for values, a per-head kernel (the
+    options' ``kernel``, ``lengthscale``, ``outputscale``)."""
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        kernel: KernelName,
-        lengthscale: float,
-        outputscale: float,
-    ) -> None:
-        super().__init__(d_model, n_heads, fused_qkv=False)  # W_q = W_k instead
+    fused_qkv = False  # W_q = W_k instead
+
+    def __init__(self, d_model: int, n_heads: int, **options: Any) -> None:
+        super().__init__(d_model, n_heads, **options)
+        opts = self.options
         self.qk = nn.Linear(d_model, d_model, bias=False)
         self.value = nn.Linear(d_model, d_model, bias=False)
-        self.kernel = head_kernel(kernel, n_heads, self.d_head, lengthscale, outputscale)
+        self.kernel = head_kernel(
+            opts.kernel, n_heads, self.d_head, opts.lengthscale, opts.outputscale
+        )
 
     def split_heads(self, x: Tensor) -> Tensor:
         """(B, T, H·d) → (B, H, T, d)."""
         return x.unflatten(-1, (self.n_heads, self.d_head)).transpose(1, 2)
 
-    def project(self, x: Tensor, key_mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    def project(self, x: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
         """Queries = amortised keys (B, H, T, d) and values (B, H, T, d), zero at padding."""
         q, v = self.split_heads(self.qk(x)), self.split_heads(self.value(x))
-        if key_mask is not None:
-            v = v * key_mask[:, None, :, None].to(v.dtype)
+        if mask is not None:
+            v = v * mask[:, None, :, None].to(v.dtype)
         return q, v
 
     def merge_heads(self, f: Tensor) -> Tensor:
@@ -101,19 +101,32 @@ class KernelAttention(MultiHeadAttention):
         return self.out(f.permute(0, 3, 1, 2).flatten(2))
 
 
-class DecoupledSGPAttention(KernelAttention):
-    """Decoupled SGPA layer: global site ``u_g`` (H, d_head, M_g), local site ``f``."""
+class SGPAttention(KernelAttention):
+    """Decoupled SGPA layer (§3.3–3.4): global site ``u_g`` (H, d_head, M_g), local self-guided
+    site ``f`` (H, d_head, T), and the KL factor ``kl_amortised``.
 
+    ``SGPAttention(d_model, n_heads, **options)``, options by name (defaults and bounds:
+    :class:`~probtrans.specs.SGPAOptions`): ``kernel`` (``"exponential"`` or ``"ard"``),
+    ``n_inducing`` (M_g), ``lengthscale`` (ℓ_i, initial), ``outputscale`` (σ_f², initial),
+    ``jitter`` (on K_gg's diagonal), ``sampling`` (``"marginal"`` or ``"full"``).
+
+    ``u_g`` is global: a model draws it outside its data plate by reading ``layer.u_g`` once
+    before the plate (the ``PyroSample`` keeps the draw for the rest of the call), as
+    :meth:`probtrans.model.Classifier.sample_globals` does.
+    """
+
+    options_class = SGPAOptions
     sample_sites = ("f",)
     inducing_sites = ("u_g",)
 
-    def __init__(self, d_model: int, n_heads: int, options: SGPAOptions) -> None:
-        super().__init__(d_model, n_heads, options.kernel, options.lengthscale, options.outputscale)
-        self.jitter = options.jitter
-        self.sampling = options.sampling
-        self.z_g = nn.Parameter(torch.randn(n_heads, options.n_inducing, d_model))  # Z_g
+    def __init__(self, d_model: int, n_heads: int, **options: Any) -> None:
+        super().__init__(d_model, n_heads, **options)
+        opts = self.options
+        self.jitter = opts.jitter
+        self.sampling = opts.sampling
+        self.z_g = nn.Parameter(torch.randn(n_heads, opts.n_inducing, d_model))  # Z_g
         self.inducing_map = nn.LayerNorm(d_model)  # G (see the module docstring)
-        self.register_buffer("prior_scale_tril", torch.eye(options.n_inducing), persistent=False)
+        self.register_buffer("prior_scale_tril", torch.eye(opts.n_inducing), persistent=False)
         self.u_g = PyroSample(whitened_prior)
 
     def global_keys(self) -> Tensor:
@@ -121,33 +134,48 @@ class DecoupledSGPAttention(KernelAttention):
         w_qk = self.qk.weight.view(self.n_heads, self.d_head, -1)  # (H, d, D)
         return torch.einsum("hmi,hdi->hmd", self.inducing_map(self.z_g), w_qk)
 
-    def forward(self, x: Tensor, key_mask: Tensor | None = None) -> Tensor:
-        """x: (B, T, D); key_mask: (B, T) bool, True for real tokens → (B, T, D)."""
-        q, v = self.project(x, key_mask)
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """x: (B, T, D); mask: (B, T) bool, True for real tokens → (B, T, D)."""
+        q, v = self.project(x, mask)
         conditional = decoupled_conditional(
-            self.kernel, q, self.global_keys(), v, self.jitter, key_mask
+            self.kernel, q, self.global_keys(), v, self.jitter, mask
         )
         kl_term(self.site("kl_amortised"), conditional.amortised_kl)
-        f = sample_attention(self.site("f"), conditional.distribution(self.u_g, self.sampling))
+        u_g = self.u_g
+        if u_g.dim() != 3:
+            raise ValueError(
+                f"{type(self).__name__}: the global site {self.site('u_g')!r} was drawn with "
+                f"shape {tuple(u_g.shape)}, not (H, d_head, M_g): draw it outside the data plate "
+                f"(read the layer's u_g once before entering the plate; the draw is kept for the "
+                f"rest of the call)"
+            )
+        f = sample_attention(self.site("f"), conditional.distribution(u_g, self.sampling))
         return self.merge_heads(f)
 
 
 class StandardSGPAttention(KernelAttention):
-    """Standard SGPA layer: local self-guided site ``u_a`` (H, d_head, T), the whitened inducing
-    values at the keys, drawn from their amortised posterior q(ε | x)."""
+    """Standard SGPA layer (§3.2): local self-guided site ``u_a`` (H, d_head, T), the whitened
+    inducing values at the keys, drawn from their amortised posterior q(ε | x), and the KL factor
+    ``kl_amortised``.
 
+    ``StandardSGPAttention(d_model, n_heads, **options)``, options by name (defaults and bounds:
+    :class:`~probtrans.specs.StandardSGPAOptions`): ``kernel``, ``lengthscale``, ``outputscale``,
+    ``jitter`` (on K_aa's diagonal).
+    """
+
+    options_class = StandardSGPAOptions
     sample_sites = ("u_a",)
 
-    def __init__(self, d_model: int, n_heads: int, options: StandardSGPAOptions) -> None:
-        super().__init__(d_model, n_heads, options.kernel, options.lengthscale, options.outputscale)
-        self.jitter = options.jitter
+    def __init__(self, d_model: int, n_heads: int, **options: Any) -> None:
+        super().__init__(d_model, n_heads, **options)
+        self.jitter = self.options.jitter
         self.scale = nn.Linear(d_model, d_model)  # amortised posterior std σ (after softplus)
 
-    def forward(self, x: Tensor, key_mask: Tensor | None = None) -> Tensor:
-        """x: (B, T, D); key_mask: (B, T) bool, True for real tokens → (B, T, D)."""
-        q, v = self.project(x, key_mask)
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """x: (B, T, D); mask: (B, T) bool, True for real tokens → (B, T, D)."""
+        q, v = self.project(x, mask)
         sigma = F.softplus(self.split_heads(self.scale(x)))
-        posterior = standard_posterior(self.kernel, q, v, sigma, self.jitter, key_mask)
+        posterior = standard_posterior(self.kernel, q, v, sigma, self.jitter, mask)
         kl_term(self.site("kl_amortised"), posterior.kl)
         eps = sample_attention(self.site("u_a"), posterior.distribution())
         return self.merge_heads(posterior.output(eps))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch.nn.functional as F
 from torch import Tensor
@@ -12,12 +13,20 @@ from probtrans.specs import SoftmaxOptions
 
 
 class SoftmaxAttention(MultiHeadAttention):
-    """a = softmax(q kᵀ / τ), h = a v, through PyTorch's fused ``scaled_dot_product_attention``."""
+    """a = softmax(q kᵀ / τ), h = a v (Eq. 7–8), through PyTorch's fused
+    ``scaled_dot_product_attention``; no sample site.
 
-    def __init__(self, d_model: int, n_heads: int, options: SoftmaxOptions) -> None:
-        super().__init__(d_model, n_heads)
-        self.tau = options.tau or math.sqrt(self.d_head)
-        self.dropout = options.dropout
+    ``SoftmaxAttention(d_model, n_heads, **options)``, options by name (defaults and bounds:
+    :class:`~probtrans.specs.SoftmaxOptions`): ``tau`` (τ; unset: √d_head), ``dropout`` (on the
+    attention weights).
+    """
+
+    options_class = SoftmaxOptions
+
+    def __init__(self, d_model: int, n_heads: int, **options: Any) -> None:
+        super().__init__(d_model, n_heads, **options)
+        self.tau = self.options.tau or math.sqrt(self.d_head)
+        self.dropout = self.options.dropout
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None) -> Tensor:
         mask = None if key_mask is None else key_mask[:, None, None, :]

@@ -9,6 +9,8 @@ Predictive without attention sites) â v comes from the fused kernel of
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -19,15 +21,22 @@ from probtrans.specs import StochasticOptions
 
 
 class StochasticAttention(MultiHeadAttention):
-    """Attention weights as the sample site ``a_v`` with event shape (H, L, L)."""
+    """STO-TRANS attention (Eq. 9–11): the weights are the sample site ``a_v``, event shape
+    (H, L, L).
 
+    ``StochasticAttention(d_model, n_heads, **options)``, options by name (defaults and bounds:
+    :class:`~probtrans.specs.StochasticOptions`): ``tau`` (τ), ``hard`` (straight-through one-hot
+    samples), ``dropout`` (on the sampled weights).
+    """
+
+    options_class = StochasticOptions
     sample_sites = ("a_v",)
 
-    def __init__(self, d_model: int, n_heads: int, options: StochasticOptions) -> None:
-        super().__init__(d_model, n_heads)
-        self.tau = options.tau
-        self.hard = options.hard
-        self.dropout = options.dropout
+    def __init__(self, d_model: int, n_heads: int, **options: Any) -> None:
+        super().__init__(d_model, n_heads, **options)
+        self.tau = self.options.tau
+        self.hard = self.options.hard
+        self.dropout = self.options.dropout
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None) -> Tensor:
         if fused_attention_enabled() and not self.hard:

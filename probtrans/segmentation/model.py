@@ -22,9 +22,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from probtrans.adaptation import propagate_corrections
-from probtrans.attention import build_attention
 from probtrans.attention.gaussian_mixture import MixtureUnits
-from probtrans.encoder import Block
+from probtrans.encoder import EncoderBlock
 from probtrans.segmentation.data import SegmentationData, make_inputs, pixel_labels
 from probtrans.segmentation.spec import N_PIXELS, CorrectionSpec, SegmentationSpec, SegNetSpec
 
@@ -44,7 +43,9 @@ class SegmentationModel(nn.Module):
         self.embed = nn.Linear(spec.window**2, d)
         self.position = nn.Parameter(torch.randn(N_PIXELS, d) * 0.02)
         self.blocks = nn.ModuleList(
-            Block(d, spec.d_ff, 0.0, "pre", build_attention(spec.attention, d, spec.n_heads))
+            EncoderBlock(
+                d, spec.n_heads, d_ff=spec.d_ff, dropout=0.0, norm="pre", attention=spec.attention
+            )
             for _ in range(spec.n_layers)
         )
         self.norm = nn.LayerNorm(d)
@@ -59,7 +60,7 @@ class SegmentationModel(nn.Module):
         local = self.embed(patches.transpose(1, 2)) + self.position  # (B, 64, D)
         x = local
         for block in self.blocks:
-            x = block(x, None)
+            x = block(x)
         x = self.norm(x)
         q = self.query(x).unsqueeze(1)  # queries = keys (B, 1, 64, d_key): one head
         mu = self.evidence(local).softmax(-1)  # (B, 64, C) on the simplex
