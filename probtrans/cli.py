@@ -1,4 +1,4 @@
-"""The ``probtrans`` command: fit, evaluate, describe, compare, corrections, schema.
+"""The ``probtrans`` command: fit, evaluate, predict, describe, compare, corrections, schema.
 
 User errors (missing file, unknown key, bad value) print one ``error:`` line naming the file or
 field and exit with status 2; nothing already written is touched. Any other exception prints one
@@ -69,6 +69,26 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     )
     print(format_table(scores, HEADLINE))
     print(f"re-evaluated {args.run_dir} with {scores['posterior_samples']} posterior samples")
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from probtrans.prediction import OUTPUT_FORMATS, read_inputs, write_predictions
+    from probtrans.run import load_run
+
+    if args.samples is not None and args.samples <= 0:
+        raise ProbtransError(f"--samples {args.samples}: must be > 0")
+    if args.input != "-" and not Path(args.input).is_file():  # before loading the run
+        raise ProbtransError(f"{args.input}: no such file")
+    out = Path(args.out) if args.out else None
+    if out is not None and out.suffix.lower() not in OUTPUT_FORMATS:
+        raise ProbtransError(f"--out {out}: must end in {', '.join(OUTPUT_FORMATS)}")
+    run = load_run(args.run_dir, args.device)
+    inputs = read_inputs(args.input, run.data.kind)
+    columns = run.predict(inputs, samples=args.samples, seed=args.seed)
+    write_predictions(columns, out)
+    if out is not None and not args.quiet:
+        print(f"wrote {len(inputs)} predictions of {args.run_dir} to {out}")
     return 0
 
 
@@ -174,6 +194,27 @@ def parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--device", default="cpu", help="cpu or cuda")
     evaluate.add_argument("--quiet", action="store_true", help="no progress bar")
     evaluate.set_defaults(run=cmd_evaluate)
+
+    predict = sub.add_parser(
+        "predict", help="predict new inputs with a run folder: classes, probabilities, uncertainty"
+    )
+    predict.add_argument("run_dir", metavar="RUN", help="a run folder written by fit")
+    predict.add_argument(
+        "input",
+        metavar="INPUT",
+        help="texts: '-' (stdin, one per line), .txt, or .csv/.tsv/.jsonl[.gz] with a 'text' "
+        "column; images: .npz with an array 'x'",
+    )
+    predict.add_argument(
+        "--out", metavar="FILE", help="write .csv, .tsv or .jsonl (default: a table on stdout)"
+    )
+    predict.add_argument(
+        "--samples", metavar="S", type=int, help="posterior samples (default: the spec's)"
+    )
+    predict.add_argument("--seed", metavar="N", type=int, default=0)
+    predict.add_argument("--device", default="cpu", help="cpu or cuda")
+    predict.add_argument("--quiet", action="store_true", help="no closing note")
+    predict.set_defaults(run=cmd_predict)
 
     describe = sub.add_parser("describe", help="list the Pyro sample sites of a model spec")
     describe.add_argument("model", help="model spec (TOML)")

@@ -1,28 +1,60 @@
 """Data sets as tensors: splits for training, validation, in-domain test and out-of-domain test.
 
 Every data source (:mod:`probtrans.data.sources`) returns a :class:`DataBundle`; models only see
-:class:`DataSplit` tensors.
+:class:`DataSplit` tensors. Data held in memory become a bundle through
+:meth:`DataBundle.from_tensors` (images or token ids) and :meth:`DataBundle.from_texts` (texts,
+tokenised with a vocabulary learned on the training texts). A split whose rows have no class
+(out-of-domain data, inputs to predict) carries the label :data:`NO_LABEL`;
+:meth:`DataSplit.unlabelled` builds one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 import torch
+from sklearn.model_selection import train_test_split
 from torch import Tensor
+
+from probtrans.data.tokenizer import decoder, encode, encoder, train_tokenizer
+from probtrans.errors import ProbtransError
+from probtrans.specs import DataSpec
+from probtrans.specs.base import parse
 
 #: batches per pool of length-grouped shuffling (``DataSplit.batches(by_length=True)``)
 POOL_BATCHES = 50
+#: the label of a row without a class: out-of-domain data, inputs to predict
+NO_LABEL = -1
+#: split fractions and tokenisation settings of the in-memory constructors (the spec defaults)
+_DEFAULTS = DataSpec()
 
 
 @dataclass
 class DataSplit:
-    """inputs: images (N, C, H, W) or token ids (N, L); mask: (N, L) bool or None; labels: (N,)."""
+    """inputs: images (N, C, H, W) or token ids (N, L); mask: (N, L) bool or None; labels: (N,)
+    classes in 0..C−1, or :data:`NO_LABEL` (−1) for a row without a class."""
 
     inputs: Tensor
     labels: Tensor
     mask: Tensor | None = None
+
+    @classmethod
+    def unlabelled(cls, inputs: Tensor, mask: Tensor | None = None) -> DataSplit:
+        """A split of ``inputs`` without classes (to predict): every label is :data:`NO_LABEL`.
+        Token ids (an integer (N, L) tensor) without ``mask`` get the mask ``inputs != 0``."""
+        inputs = torch.as_tensor(inputs)
+        if mask is None and inputs.ndim == 2 and not inputs.is_floating_point():
+            mask = inputs != 0
+        return cls(inputs, torch.full((len(inputs),), NO_LABEL, dtype=torch.long), mask)
+
+    @property
+    def has_labels(self) -> bool:
+        """Whether every row has a class (no label is :data:`NO_LABEL`); an empty split has
+        none."""
+        return len(self) > 0 and bool((self.labels >= 0).all())
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -92,7 +124,437 @@ class DataBundle:
     description: dict = field(default_factory=dict)
     #: text data: token ids → the words the model sees (lower-cased, unknown words as [UNK])
     decode: Callable[[list[int]], str] | None = None
+    #: text data: new texts → (token ids (N, L) long, mask (N, L) bool) with the bundle's tokenizer
+    encode: Callable[[list[str]], tuple[Tensor, Tensor]] | None = None
 
     @property
     def n_classes(self) -> int:
         return len(self.class_names)
+
+    @classmethod
+    def from_tensors(
+        cls,
+        train: tuple[Any, Any],
+        val: tuple[Any, Any] | None = None,
+        test: tuple[Any, Any] | None = None,
+        ood: Any | tuple[Any, Any] | None = None,
+        *,
+        class_names: Sequence[str] | None = None,
+        name: str = "tensors",
+        vocab_size: int | None = None,
+        val_fraction: float = _DEFAULTS.val_fraction,
+        test_fraction: float = _DEFAULTS.test_fraction,
+        seed: int = 0,
+    ) -> DataBundle:
+        """A bundle of arrays in memory (torch tensors or numpy arrays), each split an ``(x, y)``.
+
+        ``x`` holds images, (N, C, H, W) or (N, H, W) floats (one channel added), or token ids,
+        (N, L) integers with 0 as padding (mask ``x != 0``; every row needs a token); the kind
+        follows the dtype of ``train``'s ``x``. ``y`` holds classes 0..C−1, C = ``len(class_names)``
+        or else the largest label + 1 (class names "0", "1", …). A missing ``val`` or ``test`` is
+        split off ``train``, stratified by class and seeded by ``seed`` (scikit-learn
+        ``train_test_split``), the fractions being of the given ``train``. ``ood`` is ``x`` alone
+        (labels :data:`NO_LABEL`) or a tuple ``(x, y)`` with classes or −1; a missing ``ood`` is an
+        empty split. ``vocab_size`` (token ids) defaults to the largest id + 1.
+
+        Raises ProbtransError naming the argument and shape of the first problem.
+        """
+        where = "DataBundle.from_tensors"
+        given = {"train": train, "val": val, "test": test}
+        pairs = {s: _pair(v, s, where) for s, v in given.items() if v is not None}
+        xs = {s: _as_tensor(x, f"{where}: {s} x") for s, (x, _) in pairs.items()}
+        ys = {s: _labels_tensor(y, f"{where}: {s} y") for s, (_, y) in pairs.items()}
+        if ood is not None:
+            ood_x, ood_y = _pair(ood, "ood", where) if isinstance(ood, tuple) else (ood, None)
+            xs["ood"] = _as_tensor(ood_x, f"{where}: ood x")
+            if ood_y is not None:
+                ys["ood"] = _labels_tensor(ood_y, f"{where}: ood y")
+        shapes = {s: tuple(x.shape) for s, x in xs.items()}  # as given, for messages
+        kind = _input_kind(xs["train"], f"{where}: train x")
+        xs = {s: _check_inputs(x, kind, f"{where}: {s} x") for s, x in xs.items()}
+        for s in pairs:
+            if not len(xs[s]):
+                raise ProbtransError(f"{where}: {s} x: shape {shapes[s]}; no rows")
+        if kind == "image":
+            _same_image_shape(xs, where)
+        for s, y in ys.items():
+            if len(y) != len(xs[s]):
+                raise ProbtransError(
+                    f"{where}: {s}: x has {len(xs[s])} rows (shape {shapes[s]}) but y "
+                    f"has {len(y)} labels"
+                )
+        names = _class_names(class_names, ys, where)
+        for s, y in ys.items():
+            _check_classes(y, len(names), f"{where}: {s} y", allow_none=s == "ood")
+        if "ood" in xs and "ood" not in ys:
+            ys["ood"] = torch.full((len(xs["ood"]),), NO_LABEL, dtype=torch.long)
+        if "ood" not in xs:
+            xs["ood"] = xs["train"][:0]
+            ys["ood"] = ys["train"][:0]
+        rows = _split_rows(
+            ys["train"].numpy(), "val" in xs, "test" in xs, val_fraction, test_fraction, seed, where
+        )
+        all_x, all_y = xs["train"], ys["train"]
+        for s, index in rows.items():
+            xs[s], ys[s] = all_x[index], all_y[index]
+        vocab = None
+        if kind == "tokens":
+            vocab = _vocab_size(xs, vocab_size, where)
+
+        def split(s: str) -> DataSplit:
+            x = xs[s]
+            return DataSplit(x, ys[s], x != 0 if kind == "tokens" else None)
+
+        splits = {s: split(s) for s in ("train", "val", "test", "ood")}
+        return cls(
+            name=name,
+            **splits,
+            class_names=names,
+            kind=kind,
+            image_shape=tuple(xs["train"].shape[1:]) if kind == "image" else None,
+            vocab_size=vocab,
+            description=_description("in-memory tensors", splits, rows, seed),
+        )
+
+    @classmethod
+    def from_texts(
+        cls,
+        train: tuple[Sequence[str], Sequence[Any]],
+        val: tuple[Sequence[str], Sequence[Any]] | None = None,
+        test: tuple[Sequence[str], Sequence[Any]] | None = None,
+        ood: Sequence[str] | None = None,
+        *,
+        labels: Sequence[Any] | None = None,
+        max_len: int = _DEFAULTS.max_len,
+        vocab_size: int = _DEFAULTS.vocab_size,
+        min_freq: int = _DEFAULTS.min_freq,
+        name: str = "texts",
+        val_fraction: float = _DEFAULTS.val_fraction,
+        test_fraction: float = _DEFAULTS.test_fraction,
+        seed: int = 0,
+    ) -> DataBundle:
+        """A bundle of labelled texts in memory, each split a ``(texts, labels)`` pair.
+
+        Labels are strings or integers. ``labels`` lists the classes in order: the label values
+        themselves, or, for integer labels 0..C−1, the C class names. Without it, string labels
+        give the sorted distinct values as classes and integer labels are the classes 0..C−1
+        (named "0", "1", …, C the largest label + 1). A missing ``val`` or ``test`` is split off
+        ``train`` as in :meth:`from_tensors`; ``ood`` texts (no labels) default to none.
+
+        The word-level tokenizer (:mod:`probtrans.data.tokenizer`) is learned on the training
+        texts only, with ``max_len``, ``vocab_size`` and ``min_freq`` as in a model spec's
+        ``[data]`` table (defaults from :class:`~probtrans.specs.DataSpec`). The bundle's
+        ``encode`` and ``decode`` use it. Raises ProbtransError naming the argument of the first
+        problem.
+        """
+        where = "DataBundle.from_texts"
+        spec = parse(
+            DataSpec,
+            {
+                "name": name,
+                "split_seed": seed,
+                "max_len": max_len,
+                "vocab_size": vocab_size,
+                "min_freq": min_freq,
+            },
+            where,
+        )
+        given = {"train": train, "val": val, "test": test}
+        pairs = {s: _pair(v, s, where) for s, v in given.items() if v is not None}
+        texts = {s: _texts(t, f"{where}: {s} texts") for s, (t, _) in pairs.items()}
+        values = {s: _label_list(y, f"{where}: {s} labels") for s, (_, y) in pairs.items()}
+        for s, t in texts.items():
+            if len(t) != len(values[s]):
+                raise ProbtransError(f"{where}: {s}: {len(t)} texts but {len(values[s])} labels")
+        ys, names = _text_classes(values, labels, where)
+        texts["ood"] = [] if ood is None else _texts(ood, f"{where}: ood texts", empty_ok=True)
+        rows = _split_rows(
+            ys["train"], val is not None, test is not None, val_fraction, test_fraction, seed, where
+        )
+        all_texts, all_y = texts["train"], ys["train"]
+        for s, index in rows.items():
+            texts[s], ys[s] = [all_texts[i] for i in index], all_y[index]
+        tokenizer = train_tokenizer(texts["train"], spec, strip_html=False)
+
+        def split(s: str) -> DataSplit:
+            ids = encode(tokenizer, texts[s]).long()
+            if s == "ood" and not texts[s]:
+                ids = torch.zeros((0, 1), dtype=torch.long)
+            y = ys.get(s)
+            y = torch.full((len(ids),), NO_LABEL) if y is None else torch.from_numpy(y)
+            return DataSplit(ids, y.long(), ids != 0)
+
+        splits = {s: split(s) for s in ("train", "val", "test", "ood")}
+        description = _description("in-memory texts", splits, rows, seed)
+        description.update(max_len=spec.max_len, min_freq=spec.min_freq)
+        return cls(
+            name=name,
+            **splits,
+            class_names=names,
+            kind="tokens",
+            vocab_size=tokenizer.get_vocab_size(),
+            description=description,
+            decode=decoder(tokenizer),
+            encode=encoder(tokenizer),
+        )
+
+
+# ------------------------------------------------------------------ in-memory data: checks
+def _pair(value: Any, split: str, where: str) -> tuple[Any, Any]:
+    if not isinstance(value, tuple | list) or len(value) != 2:
+        what = f"a {type(value).__name__}" + (
+            f" of length {len(value)}" if isinstance(value, tuple | list) else ""
+        )
+        raise ProbtransError(f"{where}: {split} must be a pair (x, y), got {what}")
+    return value[0], value[1]
+
+
+def _as_tensor(value: Any, what: str) -> Tensor:
+    """``value`` (a tensor, numpy array or nested list of numbers) as a CPU tensor."""
+    if isinstance(value, Tensor):
+        return value.detach().cpu()
+    try:
+        array = np.asarray(value)
+    except ValueError as err:  # ragged nested lists
+        raise ProbtransError(f"{what}: not an array ({err})") from None
+    if array.dtype.kind not in "biuf":
+        raise ProbtransError(
+            f"{what}: must hold numbers, got a {type(value).__name__} of dtype {array.dtype}"
+        )
+    if array.dtype.kind == "u":  # torch lacks most unsigned types
+        array = array.astype(np.int64)
+    return torch.from_numpy(array.copy())
+
+
+def _labels_tensor(value: Any, what: str) -> Tensor:
+    y = _as_tensor(value, what)
+    if y.ndim != 1:
+        raise ProbtransError(f"{what}: labels must be 1-D (N,), got shape {tuple(y.shape)}")
+    if y.is_floating_point() or y.dtype == torch.bool:
+        raise ProbtransError(f"{what}: labels must be integers, got dtype {y.dtype}")
+    return y.long()
+
+
+def _input_kind(x: Tensor, what: str) -> str:
+    if x.dtype == torch.bool:
+        raise ProbtransError(
+            f"{what}: dtype bool; give float images (N, C, H, W) or integer token ids (N, L)"
+        )
+    return "image" if x.is_floating_point() else "tokens"
+
+
+def _check_inputs(x: Tensor, kind: str, what: str) -> Tensor:
+    """``x`` checked as ``kind``: float32 images (N, C, H, W) or long token ids (N, L)."""
+    shape = tuple(x.shape)
+    if x.dtype == torch.bool or x.is_floating_point() != (kind == "image"):
+        given = "float" if x.is_floating_point() else str(x.dtype).removeprefix("torch.")
+        want = "float images" if kind == "image" else "integer token ids"
+        raise ProbtransError(
+            f"{what}: dtype {given}, but train x holds {want} (all splits hold the same kind)"
+        )
+    if kind == "image":
+        if x.ndim == 3:
+            x = x[:, None]
+        if x.ndim != 4 or 0 in x.shape[1:]:
+            raise ProbtransError(f"{what}: shape {shape}; images must be (N, C, H, W) or (N, H, W)")
+        x = x.float()
+        if not torch.isfinite(x).all():
+            raise ProbtransError(f"{what}: shape {shape}; holds NaN or infinite values")
+        return x
+    if x.ndim != 2 or x.shape[1] == 0:
+        raise ProbtransError(f"{what}: shape {shape}; token ids must be (N, L) with L ≥ 1")
+    x = x.long()
+    if len(x) and int(x.min()) < 0:
+        raise ProbtransError(f"{what}: shape {shape}; token ids must be ≥ 0 (0 is padding)")
+    blank = (x == 0).all(1).nonzero().flatten()
+    if len(blank):
+        raise ProbtransError(
+            f"{what}: shape {shape}; row {int(blank[0])} is all padding (id 0), it needs a token"
+        )
+    return x
+
+
+def _same_image_shape(xs: dict[str, Tensor], where: str) -> None:
+    shape = tuple(xs["train"].shape[1:])
+    for s, x in xs.items():
+        if tuple(x.shape[1:]) != shape:
+            raise ProbtransError(
+                f"{where}: {s} x: images of shape {tuple(x.shape[1:])} (C, H, W), but train "
+                f"images are {shape}"
+            )
+
+
+def _class_names(class_names: Sequence[str] | None, ys: dict[str, Tensor], where: str) -> list[str]:
+    if class_names is None:
+        in_domain = [y for s, y in ys.items() if s != "ood" and len(y)]
+        n = max(int(y.max()) for y in in_domain) + 1 if in_domain else 0
+        if n < 2:
+            raise ProbtransError(
+                f"{where}: the labels hold {max(n, 0)} class(es) (largest label {n - 1}); a "
+                f"classifier needs at least 2 (or give class_names)"
+            )
+        return [str(c) for c in range(n)]
+    if isinstance(class_names, str):
+        raise ProbtransError(f"{where}: class_names must be a list of names, not one string")
+    names = [str(c) for c in class_names]
+    if len(names) < 2 or len(set(names)) != len(names):
+        raise ProbtransError(f"{where}: class_names = {names}: must be at least 2 distinct names")
+    return names
+
+
+def _check_classes(y: Tensor, n_classes: int, what: str, allow_none: bool) -> None:
+    low = NO_LABEL if allow_none else 0
+    bad = ((y < low) | (y >= n_classes)).nonzero().flatten()
+    if len(bad):
+        row = int(bad[0])
+        allowed = f"{low}..{n_classes - 1}" + (" (−1: no class)" if allow_none else "")
+        raise ProbtransError(
+            f"{what}: shape {tuple(y.shape)}; label {int(y[row])} at row {row} is outside the "
+            f"classes {allowed}"
+        )
+
+
+def _vocab_size(xs: dict[str, Tensor], vocab_size: int | None, where: str) -> int:
+    largest = max(int(x.max()) for x in xs.values() if len(x))
+    if vocab_size is None:
+        return max(largest + 1, 2)
+    if largest >= vocab_size:
+        s = next(s for s, x in xs.items() if len(x) and int(x.max()) == largest)
+        raise ProbtransError(
+            f"{where}: {s} x: token id {largest} is outside vocab_size = {vocab_size}"
+        )
+    return vocab_size
+
+
+def _split_rows(
+    labels: np.ndarray,
+    have_val: bool,
+    have_test: bool,
+    val_fraction: float,
+    test_fraction: float,
+    seed: int,
+    where: str,
+) -> dict[str, np.ndarray]:
+    """Rows of ``train`` that become ``train`` and the missing ``test`` and ``val`` splits,
+    stratified by ``labels`` and seeded; fractions are of all of ``train``."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ProbtransError(f"{where}: seed = {seed!r}: must be an integer in 0 … 2**32 − 1")
+    rows = {"train": np.arange(len(labels))}
+    if have_val and have_test:
+        return {}
+    fractions = {}
+    if not have_test:
+        fractions["test"] = test_fraction
+    if not have_val:
+        fractions["val"] = val_fraction
+    for s, f in fractions.items():
+        if not (isinstance(f, int | float) and 0 < f < 1):
+            raise ProbtransError(f"{where}: {s}_fraction = {f!r}: must be in (0, 1)")
+    if sum(fractions.values()) >= 1:
+        raise ProbtransError(
+            f"{where}: val_fraction + test_fraction = {sum(fractions.values())}: must be < 1, "
+            f"train needs rows"
+        )
+    remaining = 1.0
+    for s, f in fractions.items():  # test first, then val, as the digits data
+        try:
+            rest, part = train_test_split(
+                rows["train"],
+                test_size=f / remaining,
+                stratify=labels[rows["train"]],
+                random_state=seed,
+            )
+        except ValueError as err:
+            raise ProbtransError(
+                f"{where}: cannot split {s} ({s}_fraction = {f}) off train ({len(labels)} rows) "
+                f"stratified by class: {err}"
+            ) from None
+        rows["train"], rows[s] = np.sort(rest), np.sort(part)
+        remaining -= f
+    return rows
+
+
+def _description(source: str, splits: dict[str, DataSplit], rows: dict, seed: int) -> dict:
+    return {
+        "source": source,
+        "sizes": {s: len(split) for s, split in splits.items()},
+        "split_off_train": sorted(s for s in rows if s != "train"),
+        "split_seed": seed,
+    }
+
+
+def _texts(value: Any, what: str, empty_ok: bool = False) -> list[str]:
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ProbtransError(f"{what}: must be a list of strings, got a {type(value).__name__}")
+    texts = list(value)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ProbtransError(f"{what}[{i}]: a {type(text).__name__}, not a string")
+        if not text.strip():
+            raise ProbtransError(f"{what}[{i}]: empty text")
+    if not texts and not empty_ok:
+        raise ProbtransError(f"{what}: no texts")
+    return texts
+
+
+def _label_list(value: Any, what: str) -> list[Any]:
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ProbtransError(f"{what}: must be a list of labels, got a {type(value).__name__}")
+    values = value.tolist() if isinstance(value, np.ndarray | Tensor) else list(value)
+    for i, v in enumerate(values):
+        if isinstance(v, np.generic):
+            v = values[i] = v.item()
+        if isinstance(v, bool) or not isinstance(v, int | str):
+            raise ProbtransError(
+                f"{what}[{i}]: label {v!r} is a {type(v).__name__}; labels are strings or integers"
+            )
+    return values
+
+
+def _text_classes(
+    values: dict[str, list[Any]], labels: Sequence[Any] | None, where: str
+) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Class indices per split and the class names (see :meth:`DataBundle.from_texts`)."""
+    strings = isinstance(values["train"][0], str)
+    for s, vs in values.items():
+        for i, v in enumerate(vs):
+            if isinstance(v, str) != strings:
+                raise ProbtransError(
+                    f"{where}: {s} labels[{i}] = {v!r}: labels mix strings and integers"
+                )
+    by_index = not strings  # integer labels are class indices, unless ``labels`` orders them
+    if labels is not None:
+        if isinstance(labels, str):
+            raise ProbtransError(f"{where}: labels must be a list of classes, not one string")
+        order = [v.item() if isinstance(v, np.generic) else v for v in labels]
+        if len(order) < 2 or len(set(order)) != len(order):
+            raise ProbtransError(f"{where}: labels = {order}: must be at least 2 distinct classes")
+        by_index = not strings and all(isinstance(v, str) for v in order)  # names of 0..C−1
+        names = [str(v) for v in order]
+        index = (
+            {c: c for c in range(len(order))} if by_index else {v: i for i, v in enumerate(order)}
+        )
+        known = f"{order}"
+    elif strings:
+        names = sorted(set(values["train"]))
+        index = {v: i for i, v in enumerate(names)}
+        known = f"{names} (the train labels; labels=[...] names them all)"
+    else:
+        n = max(max(vs) for vs in values.values()) + 1
+        names = [str(c) for c in range(n)]
+        index = {c: c for c in range(n)}
+    if len(names) < 2:
+        raise ProbtransError(
+            f"{where}: the labels hold the single class {names}; a classifier needs at least 2"
+        )
+    if by_index:
+        known = f"0..{len(names) - 1}"
+    ys = {}
+    for s, vs in values.items():
+        for i, v in enumerate(vs):
+            if v not in index:
+                raise ProbtransError(
+                    f"{where}: {s} labels[{i}] = {v!r}: not one of the classes {known}"
+                )
+        ys[s] = np.array([index[v] for v in vs], dtype=np.int64)
+    return ys, names

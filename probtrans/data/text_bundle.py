@@ -28,7 +28,7 @@ from probtrans.data.text import (
     source_description,
     source_fingerprint,
 )
-from probtrans.data.tokenizer import encode, train_tokenizer
+from probtrans.data.tokenizer import decoder, encode, encoder, train_tokenizer
 from probtrans.errors import ProbtransError
 from probtrans.specs import DataSpec
 
@@ -109,5 +109,6 @@ def load_text_bundle(spec: DataSpec) -> DataBundle:
             "cache": str(path),
             "from_cache": cached,
         },
-        decode=lambda ids: tokenizer.decode([i for i in ids if i != 0], skip_special_tokens=False),
+        decode=decoder(tokenizer),
+        encode=encoder(tokenizer),
     )

@@ -5,15 +5,21 @@ spaces) and split on whitespace and between word characters and punctuation; the
 most frequent words seen at least ``min_freq`` times are kept. Id 0 is padding, id 1 unknown, so
 words unseen in training map to the unknown id. Sequences are cut at ``max_len`` tokens and
 padded to the longest of their batch.
+
+:func:`encoder` and :func:`decoder` are what a :class:`~probtrans.data.bundle.DataBundle` of text
+keeps (``encode``, ``decode``) to turn new texts into token ids and ids back into words.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from tokenizers import Tokenizer, normalizers, pre_tokenizers
 from tokenizers.models import WordLevel
 from tokenizers.trainers import WordLevelTrainer
 
+from probtrans.errors import ProbtransError
 from probtrans.specs import DataSpec
 
 PAD, UNK = "[PAD]", "[UNK]"  # ids 0 and 1
@@ -37,4 +43,37 @@ def train_tokenizer(texts: list[str], spec: DataSpec, strip_html: bool) -> Token
 def encode(tokenizer: Tokenizer, texts: list[str]) -> torch.Tensor:
     """Token ids (N, L) of ``texts``, L the longest (truncated) sequence; padding is id 0."""
     encodings = tokenizer.encode_batch(texts)
+    if not encodings:
+        return torch.zeros((0, 0), dtype=torch.int32)
     return torch.tensor([e.ids for e in encodings], dtype=torch.int32)
+
+
+def encoder(tokenizer: Tokenizer) -> Callable[[list[str]], tuple[torch.Tensor, torch.Tensor]]:
+    """texts → (token ids (N, L) long, mask (N, L) bool, true where ids != 0) with ``tokenizer``;
+    a text without a single word (empty or only white space) raises ProbtransError naming it."""
+
+    def encode_texts(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        if isinstance(texts, str):
+            raise ProbtransError("encode: give a list of texts, not one string")
+        texts = list(texts)
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise ProbtransError(f"encode: text {i} is a {type(text).__name__}, not a string")
+        ids = encode(tokenizer, texts).long()
+        mask = ids != 0
+        empty = (~mask.any(1)).nonzero().flatten().tolist() if len(ids) else []
+        if empty:
+            raise ProbtransError(f"encode: text {empty[0]} ({texts[empty[0]]!r}) has no words")
+        return ids, mask
+
+    return encode_texts
+
+
+def decoder(tokenizer: Tokenizer) -> Callable[[list[int]], str]:
+    """token ids → the words the model sees (lower-cased, unknown words as ``[UNK]``), padding
+    left out."""
+
+    def decode_ids(ids: list[int]) -> str:
+        return tokenizer.decode([int(i) for i in ids if i != 0], skip_special_tokens=False)
+
+    return decode_ids
