@@ -3,7 +3,33 @@
 Stochastic attention (STO-TRANS, H-STO-TRANS; Pei et al. 2022), sparse Gaussian-process
 attention (SGPA; Chen & Li 2023) and Probabilistic Transformers (Movellan & Gabbur 2020), trained
 by SVI on an ELBO, evaluated with ``pyro.infer.Predictive`` and ArviZ. ``ARCHITECTURE.md`` maps
-the package; importing it loads nothing but this version string.
+the package.
+
+The Python API: :func:`fit` (a spec pair → a run folder, any guide), :class:`Run` (``Run.load``,
+``.predict``, ``.module``, ``.posterior_samples``), :func:`self_guided` (your own model, ready for
+a guide), :class:`DataBundle` (in-memory data), and the layers in :mod:`probtrans.nn`. Importing
+probtrans loads none of them until one is used, and changes nothing in Pyro's settings.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+#: public name → the module that defines it (imported on first use)
+_API = {
+    "fit": "probtrans.run",
+    "Run": "probtrans.run",
+    "self_guided": "probtrans.inference.objective",
+    "DataBundle": "probtrans.data",
+}
+
+__all__ = [*_API, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _API:
+        raise AttributeError(f"module 'probtrans' has no attribute {name!r}")
+    return getattr(importlib.import_module(_API[name]), name)

@@ -62,17 +62,20 @@ def uncertainty_histograms(
     """Draw overlaid density histograms of an uncertainty score, in-domain vs out-of-domain.
 
     Both histograms share the same bins; the title gives the OOD AUROC of the score (OOD
-    positive, higher score = more likely OOD; :func:`probtrans.metrics.ood_scores`).
+    positive, higher score = more likely OOD; :func:`probtrans.metrics.ood_scores`). Without
+    out-of-domain examples, the in-domain histogram alone.
     """
     score_in = np.asarray(score_in, dtype=np.float64)
     score_out = np.asarray(score_out, dtype=np.float64)
-    auroc = ood_scores(score_in, score_out)["auroc"]
     edges = np.histogram_bin_edges(np.concatenate([score_in, score_out]), bins=30)
     ax.hist(score_in, bins=edges, density=True, alpha=0.6, label="in-domain")
-    ax.hist(score_out, bins=edges, density=True, alpha=0.6, label="out-of-domain")
-    ax.set_xlabel(name)
+    if len(score_out):
+        ax.hist(score_out, bins=edges, density=True, alpha=0.6, label="out-of-domain")
+        ax.set_title(f"OOD AUROC = {ood_scores(score_in, score_out)['auroc']:.4f}")
+    else:
+        ax.set_title("no out-of-domain examples")
+    ax.set_xlabel(name)  # the score names the x axis
     ax.set_ylabel("density")
-    ax.set_title(f"OOD AUROC = {auroc:.4f}")  # the score names the x axis
     ax.legend()
 
 
@@ -93,7 +96,8 @@ def save_run_figure(
     fig = Figure(figsize=(11.0, 4.5), layout="constrained")
     reliability_ax, entropy_ax = fig.subplots(1, 2)
     reliability_diagram(reliability_ax, predictive_mean(probs_in), labels_in)
-    uncertainty_histograms(entropy_ax, predictive_entropy(probs_in), predictive_entropy(probs_out))
+    entropy_out = predictive_entropy(probs_out) if probs_out.shape[1] else np.zeros(0)
+    uncertainty_histograms(entropy_ax, predictive_entropy(probs_in), entropy_out)
     if title:
         fig.suptitle(title)
     return save_png(fig, path)

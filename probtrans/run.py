@@ -2,8 +2,9 @@
 
 Run folder (:data:`RUN_FILES`):
     model.toml, inference.toml   the specs, copied verbatim
-    checkpoint.pt                classifier + guide state of the best validation epoch, and the
-                                 spec texts (what ``load_run`` reads)
+    checkpoint.pt                classifier + guide state of the best validation epoch (for a
+                                 guide given in Python, which cannot be rebuilt from a file: its
+                                 posterior draws), and the spec texts (what ``load_run`` reads)
     history.json                 per-epoch ELBO and validation metrics
     metrics.json                 test metrics, OOD scores, temperature-scaled metrics, post-hoc
                                  variants (:func:`probtrans.summary.summarise`) and the
@@ -26,6 +27,7 @@ as ``DIR.unreadable-resume.pt`` and the fit starts over.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import shutil
 import sys
@@ -39,8 +41,9 @@ from typing import Any
 import numpy as np
 import pyro
 import torch
+from torch import nn
 
-from probtrans import report
+from probtrans import metrics, report
 from probtrans.checkpoint import (
     UnreadableCheckpoint,
     load_checkpoint,
@@ -48,12 +51,13 @@ from probtrans.checkpoint import (
     save_checkpoint,
     set_aside,
 )
-from probtrans.data import DataBundle, load_data
+from probtrans.contract import keep_params_local, local_params
+from probtrans.data import DataBundle, DataSplit, load_data
 from probtrans.errors import ProbtransError, in_file
-from probtrans.inference.guide import build_guide
+from probtrans.inference.guide import GuideChoice, build_guide
 from probtrans.inference.posthoc import Probs, posterior_predictives
-from probtrans.inference.predictive import inference_data
-from probtrans.inference.train import BestState, Resumable, TrainingDiverged, fit
+from probtrans.inference.predictive import inference_data, posterior_draws, predict
+from probtrans.inference.train import BestState, Resumable, TrainingDiverged, train_classifier
 from probtrans.io import (
     atomic_write,
     is_temporary_file,
@@ -66,8 +70,9 @@ from probtrans.io import (
 )
 from probtrans.lock import folder_lock
 from probtrans.model import Classifier, build_classifier
+from probtrans.prediction import prediction_columns
 from probtrans.resolve import load_inference_spec, load_model_spec
-from probtrans.specs import InferenceSpec, ModelSpec, read_spec_text, updated
+from probtrans.specs import InferenceSpec, ModelSpec, SpecFile, read_spec_text, updated
 from probtrans.summary import SPLITS, summarise
 
 #: the metrics ``fit`` and ``evaluate`` print
@@ -107,7 +112,11 @@ class RunInfo:
 
 @dataclass
 class Run:
-    """A fitted (or reloaded) model with its specs, data, guide and folder."""
+    """A fitted (or reloaded) model with its specs, data, guide and folder.
+
+    ``guide`` is None for a run whose guide was given in Python and which was read back from its
+    folder: its posterior is the ``draws`` kept in its checkpoint (site → (S, ...)).
+    """
 
     model_spec: ModelSpec
     inference_spec: InferenceSpec
@@ -115,16 +124,139 @@ class Run:
     classifier: Classifier
     guide: Callable | None  # None until fitted
     path: Path
+    draws: dict[str, torch.Tensor] | None = None
+    guide_name: str = ""  # a guide given in Python: what it is; else the spec's guide.name
+
+    @classmethod
+    def load(cls, path: str | Path, device: str = "cpu", data: DataBundle | None = None) -> Run:
+        """The run in folder ``path`` (:func:`load_run`)."""
+        return load_run(path, device, data)
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """The run's ``metrics.json``."""
+        return read_json(self.path / "metrics.json")
+
+    @property
+    def device(self) -> str:
+        return "cuda" if next(self.classifier.parameters()).is_cuda else "cpu"
+
+    def describe_guide(self) -> str:
+        return self.guide_name or self.inference_spec.guide.name
+
+    def posterior_samples(self, samples: int, seed: int = 0) -> dict[str, torch.Tensor]:
+        """S draws of every global site (weights with priors, inducing variables): site →
+        (S, ...). From the guide, seeded; for a guide given in Python and read back from the
+        folder, the first S of the draws its checkpoint keeps."""
+        if samples <= 0:
+            raise ProbtransError(f"samples = {samples}: must be > 0")
+        if self.guide is None:
+            assert self.draws is not None
+            kept = min((len(v) for v in self.draws.values()), default=samples)
+            if samples > kept:
+                raise ProbtransError(
+                    f"{self.path}: its guide ({self.describe_guide()}) was given in Python and "
+                    f"only {kept} posterior draws are kept in checkpoint.pt; ask for at most "
+                    f"{kept} samples"
+                )
+            return {name: value[:samples] for name, value in self.draws.items()}
+        pyro.set_rng_seed(seed)
+        return posterior_draws(self.guide, samples, self.data.train)
 
     def predictives(
         self, samples: int, device: str = "cpu", progress: bool = False
     ) -> tuple[Probs, dict[str, dict[str, np.ndarray]]]:
         """The plain posterior predictive and the spec's post-hoc variants
-        (:func:`probtrans.inference.posthoc.posterior_predictives`)."""
+        (:func:`probtrans.inference.posthoc.posterior_predictives`), on S draws of
+        :meth:`posterior_samples` (with the random state as it is)."""
         spec = self.inference_spec.predictive
+        if self.guide is None:
+            draws = self.posterior_samples(samples)
+        else:
+            draws = posterior_draws(self.guide, samples, self.data.train)
         return posterior_predictives(
-            self.classifier, self.guide, self.data, spec, samples, device, progress
+            self.classifier, draws, self.data, spec, samples, device, progress
         )
+
+    @local_params()
+    def predict(
+        self,
+        inputs: list[str] | torch.Tensor | np.ndarray,
+        samples: int | None = None,
+        seed: int = 0,
+        progress: bool = False,
+    ) -> dict[str, np.ndarray]:
+        """The posterior predictive on new ``inputs``: texts (a list of strings, tokenised as in
+        training), token ids (N, L) (0 = padding), or images (N, C, H, W) or (N, H, W). Returns
+        :func:`probtrans.prediction.prediction_columns`, one row per input, with the entropy
+        percentile among the run's validation examples; the same numbers as ``probtrans
+        predict``."""
+        samples = samples or self.inference_spec.predictive.samples
+        split = self.as_split(inputs)
+        draws = self.posterior_samples(samples, seed)
+        batch = self.inference_spec.predictive.batch_size
+        device = self.device
+
+        def probs(part: DataSplit) -> np.ndarray:
+            return predict(
+                self.classifier, None, part, samples, batch, device, draws=draws, progress=progress
+            )["probs"]
+
+        reference = metrics.predictive_entropy(probs(self.data.val))
+        return prediction_columns(probs(split), self.data.class_names, reference)
+
+    def as_split(self, inputs: list[str] | torch.Tensor | np.ndarray) -> DataSplit:
+        """``inputs`` as an unlabelled split of this run's kind (see :meth:`predict`)."""
+        if isinstance(inputs, list | tuple) and all(isinstance(x, str) for x in inputs):
+            if self.data.encode is None:
+                raise ProbtransError(f"{self.path}: an image model; it cannot read texts")
+            ids, mask = self.data.encode(list(inputs))
+            return DataSplit.unlabelled(ids, mask)
+        values = torch.as_tensor(np.asarray(inputs))
+        if self.data.kind == "image":
+            if values.dim() == 3:
+                values = values[:, None]
+            shape = tuple(self.data.image_shape)
+            if values.dim() != 4 or tuple(values.shape[1:]) != shape:
+                raise ProbtransError(
+                    f"inputs of shape {tuple(values.shape)}: this run takes images of shape "
+                    f"(N, {', '.join(map(str, shape))})"
+                )
+            return DataSplit.unlabelled(values.float())
+        if values.dim() != 2 or values.is_floating_point():
+            raise ProbtransError(
+                f"inputs of shape {tuple(values.shape)} ({values.dtype}): this run takes texts "
+                f"or token ids (N, L)"
+            )
+        ids = values.long()
+        return DataSplit.unlabelled(ids, ids != 0)
+
+    def module(self, draw: str | int = "mean") -> nn.Module:
+        """The trained network as a plain module: the classifier with every random weight fixed
+        at the posterior mean (``draw="mean"``: the guide's median, the mean of a Normal guide; the
+        mean of the kept draws for a guide given in Python) or at posterior draw number ``draw``
+        of :meth:`posterior_samples` (seed 0). ``module(inputs, mask)`` returns logits (B, C) in
+        one pass; stochastic attention still draws its weights on each call. In eval mode."""
+        if draw == "mean":
+            if self.guide is not None and hasattr(self.guide, "median"):
+                _, inputs, mask, labels = next(self.data.train.batches(2))
+                with local_params():
+                    values = self.guide.median(inputs, mask, labels)
+            else:
+                draws = self.posterior_samples(self.inference_spec.predictive.samples)
+                values = {name: value.mean(0) for name, value in draws.items()}
+        elif isinstance(draw, int) and draw >= 0:
+            values = {name: v[draw] for name, v in self.posterior_samples(draw + 1).items()}
+        else:
+            raise ProbtransError(f"draw = {draw!r}: must be 'mean' or a draw number ≥ 0")
+        network = copy.deepcopy(self.classifier)
+        for site, value in values.items():
+            owner, _, name = site.rpartition(".")
+            module = network.get_submodule(owner)
+            delattr(module, name)
+            setattr(module, name, nn.Parameter(value.detach().clone()))
+        network.initial_weights = {}
+        return keep_params_local(network).eval()
 
 
 def check_seed(seed: int, option: str = "--seed") -> int:
@@ -175,54 +307,93 @@ def check_device(device: str) -> str:
     return device
 
 
-def fit_run(
-    model_path: str | Path,
-    inference_path: str | Path,
-    out_dir: str | Path,
+SpecSource = str | Path | SpecFile
+
+
+def spec_source(source: SpecSource, load: Callable[..., SpecFile]) -> tuple[str, SpecFile]:
+    """The text and the checked spec of a spec file path, or of a spec object (its TOML text)."""
+    if isinstance(source, SpecFile):
+        text = source.to_toml()
+        return text, load(source.file, text)
+    text = read_spec_text(Path(source))
+    return text, load(Path(source), text)
+
+
+def guide_identity(guide: GuideChoice) -> str:
+    """What a guide given in Python is, for the run folder and the resume file."""
+    target = getattr(guide, "func", guide)  # functools.partial
+    name = getattr(target, "__qualname__", type(target).__qualname__)
+    return f"{getattr(target, '__module__', '')}.{name}".lstrip(".")
+
+
+def fit(
+    model: SpecSource,
+    inference: SpecSource,
     *,
-    epochs: int | None = None,
+    out: str | Path | None = None,
     seed: int = 0,
+    guide: GuideChoice | None = None,
+    data: DataBundle | None = None,
+    epochs: int | None = None,
     device: str = "cpu",
     progress: bool = True,
     force: bool = False,
-) -> dict[str, float]:
-    """Train, evaluate and write a complete run folder; returns the metrics.
+) -> Run:
+    """Train a model spec with an inference spec by SVI, evaluate it and write a complete run
+    folder; returns the :class:`Run` (its metrics: ``run.metrics``).
 
-    An earlier fit of the same specs, seed and epochs into ``out_dir`` that was interrupted is
-    continued from its last finished epoch. ``out_dir`` is replaced only if it is a run folder,
-    unless ``force``.
+    ``model``, ``inference``: spec files or spec objects (:class:`~probtrans.specs.ModelSpec`,
+    :class:`~probtrans.specs.InferenceSpec`). ``out``: the run folder (default: a new temporary
+    folder, ``run.path``); replaced only if it is a run folder, unless ``force``. ``guide``: a
+    Pyro guide or a factory ``model -> guide`` (e.g. ``AutoNormal``), used instead of the one
+    the inference spec names; it is built on the self-guided model and the folder keeps
+    ``predictive.samples`` posterior draws of it. ``data``: an in-memory
+    :class:`~probtrans.data.DataBundle` instead of the model spec's ``[data]``. Everything
+    random is seeded by ``seed`` before the network is built, so two fits with one seed are
+    identical. An interrupted fit into the same ``out`` continues from its last finished epoch.
     """
     device, seed = check_device(device), check_seed(seed)
-    model_path, inference_path, out_dir = Path(model_path), Path(inference_path), Path(out_dir)
-    texts = {
-        "model_spec": read_spec_text(model_path),
-        "inference_spec": read_spec_text(inference_path),
-    }
-    model_spec = load_model_spec(model_path, texts["model_spec"])
-    inference_spec = load_inference_spec(inference_path, texts["inference_spec"])
+    model_text, model_spec = spec_source(model, load_model_spec)
+    inference_text, inference_spec = spec_source(inference, load_inference_spec)
+    texts = {"model_spec": model_text, "inference_spec": inference_text}
     if epochs is not None:
         inference_spec = updated(inference_spec, {"train.epochs": epochs}, f"--epochs = {epochs}")
+    out_dir = Path(tempfile.mkdtemp(prefix="probtrans-run-")) if out is None else Path(out)
     check_replaceable(out_dir, force)
+    origin = {} if guide is None else {"guide": guide_identity(guide)}
+    if data is not None:
+        origin["data"] = data.name
     with in_file(model_spec.file):
-        data = load_data(model_spec.data)
+        data = load_data(model_spec.data) if data is None else data
         pyro.set_rng_seed(seed)  # the initial weights too depend on the seed
         classifier = build_classifier(model_spec, data)
-
     with folder_lock(out_dir, "probtrans fit"):
         check_replaceable(out_dir, force)  # again, now that no other command writes it
         staging = out_dir.with_name(out_dir.name + ".partial")
-        identity = {**texts, "seed": seed, "epochs": inference_spec.train.epochs}
+        identity = {**texts, **origin, "seed": seed, "epochs": inference_spec.train.epochs}
         resumable = open_staging(staging, out_dir, texts, identity, progress, force)
         run = Run(model_spec, inference_spec, data, classifier, None, staging)
+        run.guide_name = origin.get("guide", "")
         try:
-            scores = train_and_evaluate(run, resumable, texts, seed, device, progress)
+            train_and_evaluate(run, resumable, {**texts, **origin}, seed, device, progress, guide)
         except TrainingDiverged as err:
             raise ProbtransError(f"{err}. {unfinished(staging)}") from None
         except BaseException:
             print(f"note: {unfinished(staging)}", file=sys.stderr)
             raise
         _replace_dir(staging, out_dir)
-    return scores
+    run.path = out_dir
+    return run
+
+
+def fit_run(
+    model_path: str | Path,
+    inference_path: str | Path,
+    out_dir: str | Path,
+    **options: Any,
+) -> dict[str, float]:
+    """:func:`fit` into ``out_dir``; returns the metrics (what ``probtrans fit`` prints)."""
+    return fit(model_path, inference_path, out=out_dir, **options).metrics
 
 
 def open_staging(
@@ -256,24 +427,40 @@ def open_staging(
 
 
 def train_and_evaluate(
-    run: Run, resumable: Resumable, texts: dict[str, str], seed: int, device: str, progress: bool
+    run: Run,
+    resumable: Resumable,
+    texts: dict[str, str],
+    seed: int,
+    device: str,
+    progress: bool,
+    guide: GuideChoice | None = None,
 ) -> dict[str, float]:
     """Fit ``run``'s classifier, then evaluate it; writes every file of the run into
-    ``run.path`` and returns the metrics."""
+    ``run.path`` and returns the metrics. ``texts``: what the checkpoint keeps besides the
+    weights (the spec texts, and where a guide or the data were given in Python)."""
+    samples = run.inference_spec.predictive.samples
 
-    def checkpoint(best: BestState) -> None:
+    def checkpoint(best: BestState, trained: Callable) -> None:
+        if guide is None:
+            posterior = {"guide_state": best.guide_state}
+        else:  # a guide given in Python cannot be rebuilt from a file: keep its draws
+            rng = pyro.util.get_rng_state()  # training goes on with the random state as it was
+            pyro.set_rng_seed(seed)
+            draws = posterior_draws(trained, samples, run.data.train)
+            pyro.util.set_rng_state(rng)
+            posterior = {"posterior_draws": {name: v.cpu() for name, v in draws.items()}}
         save_checkpoint(
             run.path / "checkpoint.pt",
             {
                 "model_state": best.model_state,
-                "guide_state": best.guide_state,
+                **posterior,
                 "epoch": best.epoch,
                 "seed": seed,
                 **texts,
             },
         )
 
-    result = fit(
+    result = train_classifier(
         run.classifier,
         run.data,
         run.inference_spec,
@@ -282,8 +469,10 @@ def train_and_evaluate(
         on_improve=checkpoint,
         resumable=resumable,
         progress=progress,
+        guide=guide,
     )
     run.guide = result.guide
+    checkpoint(result.best, result.guide)  # the guide as returned (e.g. its Laplace approximation)
     write_json(run.path / "history.json", result.history)
     started = time.perf_counter()
     scores = evaluate(run, device=device, seed=seed, progress=progress)
@@ -325,37 +514,53 @@ def _replace_dir(new: Path, old: Path) -> None:
     shutil.rmtree(trash)
 
 
-def load_run(run_dir: str | Path, device: str = "cpu") -> Run:
+def load_run(run_dir: str | Path, device: str = "cpu", data: DataBundle | None = None) -> Run:
     """Rebuild the classifier and guide of a run folder from its checkpoint, with the spec texts
-    the checkpoint keeps (the folder's copies are for reading; a note says if they differ)."""
+    the checkpoint keeps (the folder's copies are for reading; a note says if they differ).
+
+    ``data``: the in-memory data set of a run fitted on one (it is not in any file); a run of
+    the model spec's ``[data]`` reads that."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ProbtransError(f"{run_dir}: no such run folder")
     device = check_device(device)
     path = run_dir / "checkpoint.pt"
-    keys = ["model_state", "guide_state", "model_spec", "inference_spec"]
+    keys = ["model_state", "model_spec", "inference_spec"]
     state = require(load_checkpoint(path), path, keys)
+    if "guide_state" not in state and "posterior_draws" not in state:
+        require(state, path, ["guide_state"])
     for key, name in (("model_spec", "model.toml"), ("inference_spec", "inference.toml")):
-        copy = run_dir / name
-        if not copy.is_file() or copy.read_bytes() != state[key].encode():
+        copy_ = run_dir / name
+        if not copy_.is_file() or copy_.read_bytes() != state[key].encode():
             print(
-                f"note: {copy} is not the spec this run was trained with; using that one, kept "
+                f"note: {copy_} is not the spec this run was trained with; using that one, kept "
                 f"in {path}",
                 file=sys.stderr,
             )
     model_spec = load_model_spec(f"{path} (model spec)", state["model_spec"])
     inference_spec = load_inference_spec(f"{path} (inference spec)", state["inference_spec"])
+    if "data" in state and data is None:
+        raise ProbtransError(
+            f"{run_dir}: fitted on the in-memory data set {state['data']!r}, which no file "
+            f"holds; pass it: Run.load(path, data=...)"
+        )
     with in_file(model_spec.file):
-        data = load_data(model_spec.data)
+        data = load_data(model_spec.data) if data is None else data
         classifier = build_classifier(model_spec, data).to(device)
+    guide, draws = None, None
     try:
         classifier.load_state_dict(state["model_state"])
-        guide = build_guide(classifier, inference_spec.guide, data.train, device)
-        guide.load_state_dict(state["guide_state"])
+        if "posterior_draws" in state:
+            draws = {name: value.to(device) for name, value in state["posterior_draws"].items()}
+        else:
+            guide = build_guide(classifier, inference_spec.guide, data.train, device)
+            guide.load_state_dict(state["guide_state"])
     except (RuntimeError, KeyError) as err:
         reason = f"its weights do not fit its model spec ({str(err).splitlines()[0]})"
         raise UnreadableCheckpoint(path, reason) from None
-    return Run(model_spec, inference_spec, data, classifier, guide, run_dir)
+    run = Run(model_spec, inference_spec, data, classifier, guide, run_dir, draws)
+    run.guide_name = state.get("guide", "")
+    return run
 
 
 def split_labels(data: DataBundle) -> dict[str, np.ndarray]:
@@ -412,7 +617,7 @@ def evaluate(
         labels["test"],
         probs["plain"]["ood"],
         title=f"{run.data.name} · {run.model_spec.network.attention.kind} attention"
-        f" · guide {run.inference_spec.guide.name} · {samples} samples",
+        f" · guide {run.describe_guide()} · {samples} samples",
     )
     return scores
 

@@ -25,7 +25,8 @@ def summarise(probs: dict[str, np.ndarray], labels: dict[str, np.ndarray]) -> di
     """probs: split → (S, N, C) for ``val``, ``test`` and ``ood``; labels: split → (N,)."""
     n_classes = probs["test"].shape[-1]
     scores = metrics.classification_metrics(probs["test"], labels["test"])
-    scores.update(metrics.ood_metrics(probs["test"], probs["ood"]))
+    if len(labels["ood"]):  # a data set may have no out-of-domain examples
+        scores.update(metrics.ood_metrics(probs["test"], probs["ood"]))
     ood_labelled = has_class_labels(labels["ood"], n_classes)
     if ood_labelled:
         mean_ood = metrics.predictive_mean(probs["ood"])

@@ -18,8 +18,8 @@ from probtrans.inference.train import (
     STATEFUL_KEYS,
     Resumable,
     TrainingState,
-    fit,
     kl_annealing_at,
+    train_classifier,
 )
 from probtrans.model import build_classifier
 from probtrans.resolve import load_inference_spec, load_model_spec
@@ -163,7 +163,8 @@ def test_early_stopping_and_kl_annealing(digits):
     spec.train.epochs, spec.train.patience, spec.train.batch_size = 8, 2, 256
     spec.optim.lr = 0.0  # a deterministic net that does not learn: no epoch beats the first
     spec.train.monitor = "nll"
-    result = fit(build_classifier(tiny_spec("softmax"), digits), digits, spec, progress=False)
+    classifier = build_classifier(tiny_spec("softmax"), digits)
+    result = train_classifier(classifier, digits, spec, progress=False)
     assert [h["epoch"] for h in result.history] == [1, 2, 3]
     assert result.best.epoch == 1
     assert kl_annealing_at(spec, 0.0) == 0.0

@@ -1,5 +1,9 @@
 """Building a classifier's guide: the one place where a guide is made ready for use.
 
+A guide given in Python (:func:`given_guide`) takes the place of the named ones: a Pyro guide
+(a hand-written function or module), or a factory ``model -> guide`` such as ``AutoNormal`` or
+``functools.partial(AutoLowRankMultivariateNormal, rank=4)``, called on the self-guided model.
+
 The guide covers the global sites of the self-guided model (:func:`~probtrans.inference.
 objective.self_guided`): the weight guide named by ``guide.name`` (:data:`probtrans.guides.GUIDES`)
 on the weights that carry priors, and the guide named by ``guide.inducing``
@@ -12,18 +16,27 @@ parameters in its modules wherever it is called (:func:`probtrans.contract.keep_
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from pyro import poutine
 from pyro.infer.autoguide import AutoGuide, AutoGuideList
+from torch import Tensor, nn
 
 from probtrans.attention import inducing_sites
 from probtrans.contract import keep_params_local, local_params
 from probtrans.data import DataSplit
+from probtrans.errors import ProbtransError
 from probtrans.gp.guides import INDUCING_GUIDES
 from probtrans.guides import GUIDES
 from probtrans.inference.objective import self_guided
 from probtrans.model import Classifier
 from probtrans.specs import GuideSpec
+
+#: a guide given in Python: a Pyro guide, or a factory ``model -> guide`` (e.g. an autoguide class)
+GuideChoice = Callable[..., Any]
 
 
 @local_params()
@@ -49,3 +62,78 @@ def build_guide(
     with torch.no_grad():
         guide(inputs.to(device), None if mask is None else mask.to(device), labels.to(device))
     return guide
+
+
+def _binds(signature: inspect.Signature, *args: Any, **kwargs: Any) -> bool:
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError:
+        return False
+    return True
+
+
+def is_factory(choice: GuideChoice) -> bool:
+    """Whether ``choice`` is a factory ``model -> guide`` rather than a guide: a class that is not
+    yet a guide (``AutoNormal``), or a callable that takes one argument but not a model's
+    ``(inputs, mask, labels, index=..., n_data=...)``."""
+    if isinstance(choice, nn.Module):
+        return False
+    if isinstance(choice, type):
+        return True
+    try:
+        signature = inspect.signature(choice)
+    except (TypeError, ValueError):
+        return False
+    call = (None, None, None)
+    if _binds(signature, *call, index=None, n_data=None):
+        return False
+    if _binds(signature, None):
+        return True
+    raise ProbtransError(
+        f"guide {choice!r}: takes neither a model (a factory model -> guide) nor the model's "
+        f"arguments (inputs, mask, labels, index=..., n_data=...) (a guide)"
+    )
+
+
+@local_params()
+def given_guide(
+    classifier: Classifier, choice: GuideChoice, example: DataSplit, device: str = "cpu"
+) -> Callable:
+    """The guide ``choice`` stands for on ``classifier`` (:data:`GuideChoice`), called once on two
+    rows of ``example`` so that its parameters exist."""
+    model = self_guided(classifier)
+    if is_factory(choice):
+        guide = choice(model)
+    elif isinstance(choice, AutoGuide):  # the model is built here, so it was built on another
+        raise ProbtransError(
+            f"guide {type(choice).__name__}: an autoguide built on another model; pass its "
+            f"class or a factory instead (e.g. guide=AutoNormal, or guide=lambda model: "
+            f"AutoNormal(model, init_scale=0.01)), and probtrans builds it on this model"
+        )
+    else:
+        guide = choice
+    _, inputs, mask, labels = next(example.batches(2))
+    with torch.no_grad():
+        guide(inputs.to(device), None if mask is None else mask.to(device), labels.to(device))
+    return guide
+
+
+def guide_parameters(
+    classifier: Classifier, guide: Callable, example: DataSplit, device: str = "cpu"
+) -> dict[str, Tensor]:
+    """Every parameter the guide trains, by name: a module's ``named_parameters()`` and the
+    parameters its ``pyro.param`` statements use (a hand-written guide's, in the param store),
+    found by tracing it on two rows of ``example``. The classifier's own are left out."""
+    own = {id(p) for p in classifier.parameters()}
+    named = dict(guide.named_parameters()) if isinstance(guide, nn.Module) else {}
+    _, inputs, mask, labels = next(example.batches(2))
+    with local_params(), torch.no_grad(), poutine.trace(param_only=True) as tape:
+        guide(inputs.to(device), None if mask is None else mask.to(device), labels.to(device))
+    seen = {id(p) for p in named.values()}
+    for name, site in tape.trace.nodes.items():
+        value = site["value"]
+        leaf = value.unconstrained() if hasattr(value, "unconstrained") else value
+        if leaf.requires_grad and id(leaf) not in own | seen:
+            named[name] = leaf
+            seen.add(id(leaf))
+    return named

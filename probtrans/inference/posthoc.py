@@ -3,7 +3,7 @@
 From one set of trained weights and S posterior draws of its global sites, on the validation,
 in-domain test and out-of-domain splits:
 
-- ``plain``: the posterior predictive of the model and guide;
+- ``plain``: the posterior predictive of the model and its posterior;
 - ``mc_dropout``: the same with dropout kept on (Gal & Ghahramani 2016), a baseline of both
   papers;
 - ``laplace``: the last-layer Laplace approximation around the trained head
@@ -15,7 +15,6 @@ The variants asked for are the inference spec's ``[predictive] posthoc``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,7 @@ from torch import Tensor
 
 from probtrans.data import DataBundle
 from probtrans.inference.laplace import LastLayerLaplace
-from probtrans.inference.predictive import posterior_draws, predict
+from probtrans.inference.predictive import predict
 from probtrans.model import Classifier
 from probtrans.specs import PredictiveSpec
 from probtrans.summary import SPLITS
@@ -34,7 +33,7 @@ Probs = dict[str, dict[str, np.ndarray]]  # variant → split → (S, N, C)
 
 def posterior_predictives(
     classifier: Classifier,
-    guide: Callable,
+    draws: dict[str, Tensor],
     data: DataBundle,
     spec: PredictiveSpec,
     samples: int,
@@ -42,15 +41,15 @@ def posterior_predictives(
     progress: bool = False,
 ) -> tuple[Probs, dict[str, dict[str, np.ndarray]]]:
     """Class probabilities of the ``plain`` predictive and of ``spec.posthoc``'s variants, and
-    every site of the plain predictive per split (for the InferenceData)."""
+    every site of the plain predictive per split (for the InferenceData), from the S posterior
+    ``draws`` of the global sites (the same draws on every split)."""
     laplace = "laplace" in spec.posthoc
     splits = {split: getattr(data, split) for split in SPLITS}
-    draws = posterior_draws(guide, samples, data.test)  # the same S draws everywhere
 
     def on(split: str, **options: Any) -> dict[str, np.ndarray]:
         return predict(
             classifier,
-            guide,
+            None,
             splits[split],
             samples,
             spec.batch_size,
@@ -66,13 +65,12 @@ def posterior_predictives(
         probs["mc_dropout"] = {split: on(split, mc_dropout=True)["probs"] for split in SPLITS}
     if laplace:
         features = {split: out.pop("features") for split, out in plain.items()}
-        probs["laplace"] = last_layer_laplace(classifier, guide, data, spec, draws, features)
+        probs["laplace"] = last_layer_laplace(classifier, data, spec, draws, features)
     return probs, plain
 
 
 def last_layer_laplace(
     classifier: Classifier,
-    guide: Callable,
     data: DataBundle,
     spec: PredictiveSpec,
     draws: dict[str, Tensor],
@@ -81,7 +79,7 @@ def last_layer_laplace(
     """Last-layer Laplace predictive from the plain predictive's feature draws (S, N, D)."""
     train = predict(
         classifier,
-        guide,
+        None,
         data.train,
         1,
         spec.batch_size,

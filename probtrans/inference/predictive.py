@@ -57,7 +57,7 @@ def dropout_on(classifier: Classifier) -> None:
 @torch.no_grad()
 def predict(
     classifier: Classifier,
-    guide: Callable,
+    guide: Callable | None,
     split: DataSplit,
     samples: int = 10,
     batch_size: int = 256,
@@ -70,12 +70,12 @@ def predict(
 ) -> dict[str, np.ndarray]:
     """S posterior predictive draws on ``split``, streamed over the data.
 
-    The S global draws (``draws``, default :func:`posterior_draws`) are the same for every
-    example. When they are all equal (point-mass guides) the S samples differ only in their local
-    randomness (attention, dropout) and one pass evaluates all of them on the batch repeated S
-    times (once, if the model has no local randomness); otherwise each draw gets its own pass.
-    A pass holds about ``batch_size`` rows, whatever the size of ``split``. Each pass is what
-    ``Predictive`` does for one draw (condition the model on it and trace), without the two
+    The S global draws (``draws``, default :func:`posterior_draws` of ``guide``) are the same
+    for every example. When they are all equal (point-mass guides) the S samples differ only in
+    their local randomness (attention, dropout) and one pass evaluates all of them on the batch
+    repeated S times (once, if the model has no local randomness); otherwise each draw gets its
+    own pass. A pass holds about ``batch_size`` rows, whatever the size of ``split``. Each pass is
+    what ``Predictive`` does for one draw (condition the model on it and trace), without the two
     shape-probing model passes ``Predictive`` adds to every call.
 
     ``mc_dropout=True`` keeps dropout on (MC dropout, Gal & Ghahramani 2016) and nothing else of
@@ -86,6 +86,12 @@ def predict(
     """
     local_sites = attention_sites(classifier)
     sites = ["probs", "obs", *extra_sites, *(local_sites if attention else [])]
+    if len(split) == 0:  # e.g. a data set without out-of-domain examples
+        n_classes = classifier.head.out_features
+        return {
+            name: np.zeros((samples, 0, n_classes) if name == "probs" else (samples, 0))
+            for name in sites
+        }
     model = classifier if attention else self_guided(classifier)
     draws = posterior_draws(guide, samples, split) if draws is None else draws
     folded = is_point_mass(draws)

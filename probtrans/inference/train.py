@@ -4,9 +4,13 @@ resumption.
 
 Each step minimises ``elbo.differentiable_loss(model, guide, ...)`` with a PyTorch optimiser over
 the classifier's and the guide's parameters (Pyro's loop for PyroModules that keep their
-parameters locally; see :mod:`probtrans.contract`). With a :class:`Resumable`, the whole training
-state is saved after every epoch and an interrupted fit continues from its last finished epoch,
-drawing the same batches and random numbers it would have drawn without the interruption.
+parameters locally; see :mod:`probtrans.contract`). The guide is the one the inference spec names,
+or one given in Python (:data:`~probtrans.inference.guide.GuideChoice`); a guide with a
+``laplace_approximation`` (``AutoLaplaceApproximation``) is trained as MAP and then replaced by
+its Laplace approximation at the best state, on the whole training set. With a
+:class:`Resumable`, the whole training state is saved after every epoch and an interrupted fit
+continues from its last finished epoch, drawing the same batches and random numbers it would have
+drawn without the interruption.
 
 Divergence: a loss that is not finite, a network that produces NaN or infinite values, or a loss
 per example above ``train.divergence_factor`` times its scale at the start of the fit stops
@@ -38,7 +42,7 @@ from probtrans.checkpoint import load_checkpoint, require, save_checkpoint
 from probtrans.contract import local_params
 from probtrans.data import DataBundle
 from probtrans.errors import ProbtransError
-from probtrans.inference.guide import build_guide
+from probtrans.inference.guide import GuideChoice, build_guide, given_guide, guide_parameters
 from probtrans.inference.objective import KLWeight, make_elbo, self_guided
 from probtrans.inference.predictive import predict
 from probtrans.model import Classifier
@@ -133,6 +137,22 @@ class TrainingDiverged(ProbtransError):
         )
 
 
+class ParamsState:
+    """Named parameter tensors (a hand-written guide's, in the param store) as a
+    :class:`Stateful`; loading copies the values in place, so optimisers keep their tensors."""
+
+    def __init__(self, params: dict[str, Tensor]) -> None:
+        self.params = params
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {name: p.detach().clone() for name, p in self.params.items()}
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        with torch.no_grad():
+            for name, p in self.params.items():
+                p.copy_(state[name])
+
+
 class GeneratorState:
     """A ``torch.Generator`` (the batch order) as a :class:`Stateful`."""
 
@@ -216,16 +236,29 @@ class SVITraining:
     the generator of the batch order."""
 
     def __init__(
-        self, classifier: Classifier, data: DataBundle, spec: InferenceSpec, seed: int, device: str
+        self,
+        classifier: Classifier,
+        data: DataBundle,
+        spec: InferenceSpec,
+        seed: int,
+        device: str,
+        guide: GuideChoice | None = None,
     ) -> None:
         self.classifier, self.data, self.spec, self.device = classifier, data, spec, device
-        self.guide = build_guide(classifier, spec.guide, data.train, device)
+        if guide is None:
+            self.guide = build_guide(classifier, spec.guide, data.train, device)
+        else:
+            self.guide = given_guide(classifier, guide, data.train, device)
+        guide_params = guide_parameters(classifier, self.guide, data.train, device)
+        self.guide_state: Stateful = (
+            self.guide if isinstance(self.guide, torch.nn.Module) else ParamsState(guide_params)
+        )
         n_train = len(data.train)
         self.kl = KLWeight.from_spec(spec.elbo, classifier, n_train)
         self.model, self.weighted_guide = self.kl(self_guided(classifier)), self.kl(self.guide)
         self.elbo = make_elbo(spec.elbo)
         self.steps_per_epoch = math.ceil(n_train / spec.train.batch_size)
-        params = list(classifier.parameters()) + list(self.guide.parameters())
+        params = [*classifier.parameters(), *guide_params.values()]
         total = spec.train.epochs * self.steps_per_epoch
         self.optimizer, self.schedule = make_optimizer(spec.optim, params, total)
         self.generator = torch.Generator().manual_seed(seed)
@@ -234,7 +267,7 @@ class SVITraining:
         """Everything with a state that changes during training, by its key in the resume file."""
         objects = (
             self.classifier,
-            self.guide,
+            self.guide_state,
             self.optimizer,
             self.schedule,
             GeneratorState(self.generator),
@@ -319,33 +352,35 @@ class SVITraining:
     def best_state(self, epoch: int, value: float) -> BestState:
         return BestState(
             copy.deepcopy(self.classifier.state_dict()),
-            copy.deepcopy(self.guide.state_dict()),
+            copy.deepcopy(self.guide_state.state_dict()),
             epoch,
             value,
         )
 
 
 @local_params()
-def fit(
+def train_classifier(
     classifier: Classifier,
     data: DataBundle,
     spec: InferenceSpec,
     *,
     seed: int = 0,
     device: str = "cpu",
-    on_improve: Callable[[BestState], None] | None = None,
+    on_improve: Callable[[BestState, Callable], None] | None = None,
     resumable: Resumable | None = None,
     progress: bool = True,
+    guide: GuideChoice | None = None,
 ) -> TrainResult:
     """Train ``classifier`` on ``data.train`` by SVI; keep the best state on validation.
 
-    ``on_improve`` is called with every new best state (e.g. to write a checkpoint). With
+    ``guide``: a guide given in Python instead of the one ``spec`` names. ``on_improve`` is
+    called with every new best state and the guide (e.g. to write a checkpoint). With
     ``resumable``, the state is saved there after every epoch, and a matching saved state is
     continued instead of starting over.
     """
     pyro.set_rng_seed(seed)
     classifier.to(device)
-    svi = SVITraining(classifier, data, spec, seed, device)
+    svi = SVITraining(classifier, data, spec, seed, device, guide)
     state = TrainingState()
     if resumable is not None and resumable.saved is not None:
         state = TrainingState.from_dict(resumable.saved)
@@ -375,7 +410,7 @@ def fit(
         if improves(value, state.best, spec.train.monitor):
             state.best, state.bad_epochs = svi.best_state(epoch, value), 0
             if on_improve is not None:
-                on_improve(state.best)
+                on_improve(state.best, svi.guide)
         else:
             state.bad_epochs += 1
         bar.set_postfix(elbo=f"{record['elbo']:.3f}", **{monitor: f"{value:.4f}"})
@@ -389,5 +424,17 @@ def fit(
             break
     bar.close()
     classifier.load_state_dict(state.best.model_state)
-    svi.guide.load_state_dict(state.best.guide_state)
-    return TrainResult(svi.guide, state.history, state.best, state.seconds)
+    svi.guide_state.load_state_dict(state.best.guide_state)
+    trained = svi.guide
+    if hasattr(trained, "laplace_approximation"):
+        trained = laplace_guide(trained, data, device)
+    return TrainResult(trained, state.history, state.best, state.seconds)
+
+
+def laplace_guide(guide: Callable, data: DataBundle, device: str) -> Callable:
+    """The Laplace approximation around a MAP guide's point (Pyro's
+    ``AutoLaplaceApproximation.laplace_approximation``): the Hessian of the negative log joint
+    of the whole training set, in one pass."""
+    train = data.train
+    inputs, mask = train.inputs.to(device), None if train.mask is None else train.mask.to(device)
+    return guide.laplace_approximation(inputs, mask, train.labels.to(device))

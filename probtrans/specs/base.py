@@ -17,6 +17,7 @@ import typing
 from pathlib import Path
 from typing import Annotated, Any, Self, TypeVar
 
+import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from pydantic_core import PydanticCustomError
 
@@ -51,6 +52,11 @@ class SpecFile(Spec):
     @property
     def file(self) -> str:
         return self._file
+
+    def to_toml(self) -> str:
+        """This spec as the text of a spec file (TOML names; unset options left out), which
+        reads back as an equal spec."""
+        return tomli_w.dumps(self.model_dump(mode="json", by_alias=True, exclude_none=True))
 
     def located(self, source: str) -> Self:
         """This spec, recorded as read from ``source`` (a file, or e.g. ``<command line>``)."""

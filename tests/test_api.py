@@ -1,0 +1,283 @@
+"""The Python API: ``probtrans.fit`` with any guide, ``Run.load(...)`` and what a run answers,
+seeding, and Pyro's rules (nothing global changed by import)."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro.infer import Predictive
+from pyro.infer.autoguide import (
+    AutoDelta,
+    AutoDiagonalNormal,
+    AutoGuideList,
+    AutoLaplaceApproximation,
+    AutoLowRankMultivariateNormal,
+    AutoNormal,
+)
+from pyro.nn.module import PyroModule
+from torch.distributions import constraints
+
+import probtrans
+from probtrans.errors import ProbtransError
+from probtrans.metrics import accuracy
+from probtrans.run import Run, evaluate_run
+from probtrans.specs import read_inference_spec, read_model_spec
+from tests.conftest import ROOT, TINY_MODEL, tiny_inference
+
+# --- Pyro's rules -------------------------------------------------------------------------
+
+TUTORIAL = """
+import pyro, torch, pyro.distributions as dist
+from pyro.infer import SVI, Trace_ELBO
+from pyro.infer.autoguide import AutoDiagonalNormal
+from pyro.nn import PyroModule, PyroSample
+{prelude}
+
+class Regression(PyroModule):
+    def __init__(self):
+        super().__init__()
+        self.linear = PyroModule[torch.nn.Linear](3, 1)
+        self.linear.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, 3]).to_event(2))
+
+    def forward(self, x, y=None):
+        mean = self.linear(x).squeeze(-1)
+        with pyro.plate("data", len(x)):
+            return pyro.sample("obs", dist.Normal(mean, 0.5), obs=y)
+
+pyro.set_rng_seed(0)
+x = torch.randn(50, 3)
+y = x @ torch.tensor([1.0, -2.0, 0.5]) + 0.1 * torch.randn(50)
+model = Regression()
+pyro.clear_param_store()
+guide = AutoDiagonalNormal(model)
+svi = SVI(model, guide, pyro.optim.Adam({{"lr": 0.05}}), Trace_ELBO())
+losses = [svi.step(x, y) for _ in range(100)]
+print(repr(losses[-1]), sorted(pyro.get_param_store().keys()))
+"""
+
+USE_PROBTRANS = f"""
+import probtrans, probtrans.nn, probtrans.run
+from probtrans.specs import read_model_spec, read_inference_spec
+probtrans.fit(
+    read_model_spec("tiny.toml", {TINY_MODEL!r}),
+    read_inference_spec("map.toml", "[train]\\nepochs = 1\\n[predictive]\\nsamples = 2\\n"),
+    progress=False,
+)
+"""
+
+
+def run_script(code: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_pyro_tutorial_trains_the_same_with_and_without_probtrans():
+    """The tutorial sequence on a user's own model, after importing probtrans and fitting a run
+    in the same process, gives the same final loss and the same param store as without."""
+    without = run_script(TUTORIAL.format(prelude=""))
+    with_probtrans = run_script(TUTORIAL.format(prelude=USE_PROBTRANS))
+    assert with_probtrans.splitlines()[-1] == without
+    assert "AutoDiagonalNormal.loc" in without
+    assert pyro.settings.get("module_local_params") is False  # in this process too
+
+
+# --- probtrans.fit with any guide ---------------------------------------------------------
+
+
+def hand_written_guide(inputs, mask=None, labels=None, index=None, n_data=None):
+    """A mean-field Normal over the head's weights, written by hand with ``pyro.param``."""
+    for name, shape in (("head.weight", (8, 16)), ("head.bias", (8,))):
+        loc = pyro.param(f"q.{name}.loc", torch.zeros(shape))
+        scale = pyro.param(f"q.{name}.scale", 0.05 * torch.ones(shape), constraints.positive)
+        pyro.sample(name, dist.Normal(loc, scale).to_event(len(shape)))
+
+
+def two_part_guide(model):
+    guide = AutoGuideList(model)
+    guide.append(AutoNormal(pyro.poutine.block(model, expose=["head.weight"]), init_scale=0.05))
+    guide.append(AutoDelta(pyro.poutine.block(model, hide=["head.weight"])))
+    return guide
+
+
+GUIDES = {
+    "diagonal": AutoDiagonalNormal,
+    "lowrank": functools.partial(AutoLowRankMultivariateNormal, rank=2, init_scale=0.05),
+    "guide_list": two_part_guide,
+    "laplace": AutoLaplaceApproximation,
+    "hand_written": hand_written_guide,
+}
+
+
+@pytest.fixture
+def specs():
+    model = read_model_spec("tiny.toml", TINY_MODEL)
+    inference = read_inference_spec(
+        "tiny-map.toml",
+        "[train]\nepochs = 2\nbatch_size = 128\nval_samples = 2\n[predictive]\nsamples = 4\n",
+    )
+    return model, inference
+
+
+@pytest.mark.parametrize("name", list(GUIDES))
+def test_fit_with_any_guide(specs, tmp_path, name):
+    out = tmp_path / name
+    run = probtrans.fit(*specs, out=out, guide=GUIDES[name], progress=False)
+    history = json.loads((out / "history.json").read_text())
+    assert all(math.isfinite(record["elbo"]) for record in history)
+    assert run.path == out and math.isfinite(run.metrics["accuracy"])
+    if name == "laplace":  # trained as MAP, then its Laplace approximation
+        assert type(run.guide).__name__ == "AutoMultivariateNormal"
+    reread = Run.load(out)
+    assert reread.guide is None and reread.guide_name.endswith(
+        getattr(GUIDES[name], "__name__", "AutoLowRankMultivariateNormal")
+    )
+    again = evaluate_run(out)  # the kept draws: the same predictive as the fit's
+    assert again["accuracy"] == run.metrics["accuracy"]
+    assert again["nll"] == pytest.approx(run.metrics["nll"], rel=1e-5)
+    with pytest.raises(ProbtransError, match="only 4 posterior draws"):
+        reread.posterior_samples(5)
+
+
+def test_an_autoguide_built_elsewhere_is_refused(specs, tmp_path):
+    guide = AutoNormal(lambda: None)
+    with pytest.raises(ProbtransError, match="built on another model; pass its class"):
+        probtrans.fit(*specs, out=tmp_path / "run", guide=guide, progress=False)
+
+
+def test_same_seed_fits_are_bitwise_equal(specs, tmp_path):
+    first = probtrans.fit(*specs, out=tmp_path / "a", seed=3, progress=False)
+    second = probtrans.fit(*specs, out=tmp_path / "b", seed=3, progress=False)
+    for (name, a), (_, b) in zip(
+        first.classifier.state_dict().items(), second.classifier.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    assert (tmp_path / "a" / "metrics.json").read_bytes() == (
+        tmp_path / "b" / "metrics.json"
+    ).read_bytes()
+    assert (tmp_path / "a" / "probs.npz").read_bytes() == (
+        tmp_path / "b" / "probs.npz"
+    ).read_bytes()
+
+
+def test_fit_from_spec_files_and_a_temporary_folder(tiny_model_file, tmp_path):
+    run = probtrans.fit(tiny_model_file, tiny_inference(tmp_path, "map"), epochs=1, progress=False)
+    assert run.path.name.startswith("probtrans-run-") and (run.path / "metrics.json").is_file()
+
+
+# --- what a trained run answers -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def map_softmax_run(tmp_path_factory):
+    """A deterministic run: softmax attention, MAP head, no dropout."""
+    root = tmp_path_factory.mktemp("softmax")
+    table = TINY_MODEL.split("[model.attention]")[0] + '[model.prior]\nweights = "last_layer"\n'
+    model = read_model_spec("softmax.toml", table)
+    inference = read_inference_spec(
+        "map.toml",
+        (ROOT / "inference" / "map.toml").read_text().split("[train]")[0]
+        + "[train]\nepochs = 2\nbatch_size = 128\n[predictive]\nsamples = 4\n",
+    )
+    probtrans.fit(model, inference, out=root / "run", progress=False)
+    return root / "run"
+
+
+def test_module_is_the_trained_network(map_softmax_run):
+    run = Run.load(map_softmax_run)
+    network = run.module()
+    test = run.data.test
+    with torch.no_grad():
+        logits = network(test.inputs, test.mask)
+    assert accuracy(logits.softmax(-1).numpy(), test.labels.numpy()) == run.metrics["accuracy"]
+    assert not isinstance(network, AutoGuideList) and not network.initial_weights
+    assert pyro.get_param_store().keys() == set()  # a plain module: nothing in the store
+    drawn = run.module(draw=2)
+    assert torch.equal(drawn.head.weight, run.posterior_samples(3)["head.weight"][2])
+
+
+def test_an_unconditioned_classifier_refuses(map_softmax_run):
+    run = Run.load(map_softmax_run)
+    with pytest.raises(ProbtransError, match="draws them from the prior; use Run.predict"):
+        run.classifier(run.data.test.inputs[:4])
+    # under a Pyro handler it is the model: Predictive(parallel=False) samples it
+    predictive = Predictive(run.classifier, guide=run.guide, num_samples=3, return_sites=["probs"])
+    assert predictive(run.data.test.inputs[:4])["probs"].shape == (3, 4, 8)
+
+
+def test_predict_on_new_images(map_softmax_run):
+    run = Run.load(map_softmax_run)
+    images = run.data.test.inputs[:5]
+    columns = run.predict(images[:, 0], samples=4)  # (N, H, W) is read as one channel
+    assert list(columns)[:2] == ["predicted", "p_0"] and len(columns["entropy"]) == 5
+    probs = np.stack([columns[f"p_{name}"] for name in run.data.class_names], -1)
+    np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
+    with pytest.raises(ProbtransError, match=r"this run takes images of shape \(N, 1, 8, 8\)"):
+        run.predict(torch.zeros(2, 3, 8, 8))
+
+
+def test_two_loaded_runs_keep_their_own_guides(specs, tmp_path):
+    """Guides built by probtrans keep their parameters in their modules, so two runs sampled
+    through plain Predictive in one session (param store in global mode) never share them."""
+    a = probtrans.fit(*specs, out=tmp_path / "a", seed=0, progress=False)
+    b = probtrans.fit(*specs, out=tmp_path / "b", seed=1, epochs=1, progress=False)
+    inputs = a.data.test.inputs[:4]
+    draws = {}
+    for name, run in (("a", a), ("b", b)):
+        predictive = Predictive(run.classifier, guide=run.guide, num_samples=1)
+        draws[name] = predictive(inputs)["head.weight"].reshape(8, 16)
+    assert not torch.equal(draws["a"], draws["b"])
+    assert torch.equal(draws["b"], b.guide.median(inputs)["head.weight"])
+
+
+def test_parallel_predictive_refuses_with_a_pointer(map_softmax_run):
+    run = Run.load(map_softmax_run)
+    predictive = Predictive(run.classifier, guide=run.guide, num_samples=3, parallel=True)
+    with pytest.raises(ProbtransError, match="parallel=False"):
+        predictive(run.data.test.inputs[:4])
+
+
+def test_bad_guide_choice(specs, tmp_path):
+    with pytest.raises(ProbtransError, match="takes neither a model"):
+        probtrans.fit(*specs, out=tmp_path / "r", guide=lambda a, b: None, progress=False)
+
+
+def test_user_module_subclass_is_kept_local():
+    """A PyroModule built by the user in global mode keeps the default behaviour."""
+    module = PyroModule[torch.nn.Linear](2, 1)
+    module(torch.zeros(1, 2))
+    assert "weight" in pyro.get_param_store().keys()
+
+
+def test_predict_equals_the_predict_command(map_softmax_run, tmp_path):
+    from probtrans.cli import main
+
+    images = Run.load(map_softmax_run).data.test.inputs[:6].numpy()
+    np.savez(tmp_path / "images.npz", x=images)
+    out = tmp_path / "predictions.csv"
+    assert (
+        main(["predict", str(map_softmax_run), str(tmp_path / "images.npz"), "--out", str(out)])
+        == 0
+    )
+    with open(out, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    columns = Run.load(map_softmax_run).predict(images)
+    assert len(rows) == 6 and list(rows[0]) == list(columns)
+    for name, values in columns.items():
+        written = [row[name] for row in rows]
+        if values.dtype.kind in "US":
+            assert written == values.tolist()
+        else:
+            np.testing.assert_array_equal(np.array(written, dtype=float), values)
