@@ -85,7 +85,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise ProbtransError(f"--out {out}: must end in {', '.join(OUTPUT_FORMATS)}")
     run = load_run(args.run_dir, args.device)
     inputs = read_inputs(args.input, run.data.kind)
-    columns = run.predict(inputs, samples=args.samples, seed=args.seed)
+    columns = run.predict(inputs, samples=args.samples, seed=args.seed, progress=not args.quiet)
     write_predictions(columns, out)
     if out is not None and not args.quiet:
         print(f"wrote {len(inputs)} predictions of {args.run_dir} to {out}")

@@ -15,7 +15,7 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-from pyro.infer import Predictive
+from pyro.infer import SVI, Predictive, Trace_ELBO
 from pyro.infer.autoguide import (
     AutoDelta,
     AutoDiagonalNormal,
@@ -24,12 +24,13 @@ from pyro.infer.autoguide import (
     AutoLowRankMultivariateNormal,
     AutoNormal,
 )
-from pyro.nn.module import PyroModule
+from pyro.nn import PyroModule, PyroSample
 from torch.distributions import constraints
 
 import probtrans
 from probtrans.errors import ProbtransError
 from probtrans.metrics import accuracy
+from probtrans.nn import HierarchicalStochasticAttention, StochasticAttention
 from probtrans.run import Run, evaluate_run
 from probtrans.specs import read_inference_spec, read_model_spec
 from tests.conftest import ROOT, TINY_MODEL, tiny_inference
@@ -281,3 +282,56 @@ def test_predict_equals_the_predict_command(map_softmax_run, tmp_path):
             assert written == values.tolist()
         else:
             np.testing.assert_array_equal(np.array(written, dtype=float), values)
+
+
+# --- your own Pyro model from probtrans.nn layers -----------------------------------------
+
+
+class TwoAttentionLayers(PyroModule):
+    """A user's model: two probtrans attention layers and a Normal prior on the read-out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn1 = StochasticAttention(d_model=8, n_heads=2, tau=0.5)
+        self.attn2 = HierarchicalStochasticAttention(d_model=8, n_heads=2, n_centroids=2)
+        self.readout = PyroModule[torch.nn.Linear](8, 2)
+        self.readout.weight = PyroSample(dist.Normal(0.0, 1.0).expand([2, 8]).to_event(2))
+
+    def forward(self, x, y=None):
+        weight = self.readout.weight
+        with pyro.plate("data", len(x)):
+            h = self.attn2(x + self.attn1(x))
+            logits = h.mean(1) @ weight.T + self.readout.bias
+            return pyro.sample("y", dist.Categorical(logits=logits), obs=y)
+
+
+def test_a_users_model_trains_with_an_autoguide_through_pyro_svi():
+    """Under Pyro's default settings (param store), as a Pyro user writes it."""
+    x = torch.randn(64, 5, 8)
+    y = (x[:, :, 0].mean(1) > 0).long()
+    model = TwoAttentionLayers()
+    trace = pyro.poutine.trace(model).get_trace(x)
+    sites = [name for name in trace.stochastic_nodes if name != "data"]  # not the plate's
+    assert sites == ["readout.weight", "attn1.a_v", "attn2.a_c", "attn2.a_v", "y"]
+    with pytest.raises(ProbtransError, match=r"'attn1.a_v' visible; build it on probtrans.self"):
+        AutoNormal(model)(x, y)
+    trainable = probtrans.self_guided(model)
+    guide = AutoNormal(trainable)
+    svi = SVI(trainable, guide, pyro.optim.Adam({"lr": 0.05}), Trace_ELBO())
+    before = model.attn1.qkv.weight.detach().clone()
+    losses = [svi.step(x, y) for _ in range(60)]
+    assert np.mean(losses[-10:]) < 0.7 * np.mean(losses[:10])
+    assert not torch.equal(model.attn1.qkv.weight, before)  # the attention layers train too
+    store = pyro.get_param_store().keys()  # Pyro's default: parameters in the param store
+    assert {"attn2.centroids", "AutoNormal.locs.readout.weight"} <= set(store)
+    draws = Predictive(model, guide=guide, num_samples=3, return_sites=["attn1.a_v"])(x[:4])
+    assert draws["attn1.a_v"].shape == (3, 4, 2, 5, 5)
+
+
+def test_the_readme_example_runs():
+    done = subprocess.run(
+        [sys.executable, "examples/own_model.py"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    accuracy = float(done.stdout.split("held-out accuracy")[1].split()[0])
+    assert accuracy > 0.8
