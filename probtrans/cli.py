@@ -213,7 +213,7 @@ def parser() -> argparse.ArgumentParser:
     )
     predict.add_argument("--seed", metavar="N", type=int, default=0)
     predict.add_argument("--device", default="cpu", help="cpu or cuda")
-    predict.add_argument("--quiet", action="store_true", help="no closing note")
+    predict.add_argument("--quiet", action="store_true", help="no progress bar, no closing note")
     predict.set_defaults(run=cmd_predict)
 
     describe = sub.add_parser("describe", help="list the Pyro sample sites of a model spec")
