@@ -160,20 +160,18 @@ class Run:
                     f"{kept} samples"
                 )
             return {name: value[:samples] for name, value in self.draws.items()}
-        pyro.set_rng_seed(seed)
-        return posterior_draws(self.guide, samples, self.data.train)
+        return seeded_draws(self.guide, samples, self.data.train, seed)
 
     def predictives(
-        self, samples: int, device: str = "cpu", progress: bool = False
+        self, samples: int, device: str = "cpu", progress: bool = False, seed: int = 0
     ) -> tuple[Probs, dict[str, dict[str, np.ndarray]]]:
         """The plain posterior predictive and the spec's post-hoc variants
-        (:func:`probtrans.inference.posthoc.posterior_predictives`), on S draws of
-        :meth:`posterior_samples` (with the random state as it is)."""
+        (:func:`probtrans.inference.posthoc.posterior_predictives`) on S draws of
+        :meth:`posterior_samples`; the local randomness (attention, dropout) is seeded after
+        the draws, so it is the same whether they come from the guide or the checkpoint."""
+        draws = self.posterior_samples(samples, seed)
+        pyro.set_rng_seed(seed)
         spec = self.inference_spec.predictive
-        if self.guide is None:
-            draws = self.posterior_samples(samples)
-        else:
-            draws = posterior_draws(self.guide, samples, self.data.train)
         return posterior_predictives(
             self.classifier, draws, self.data, spec, samples, device, progress
         )
@@ -194,6 +192,7 @@ class Run:
         samples = samples or self.inference_spec.predictive.samples
         split = self.as_split(inputs)
         draws = self.posterior_samples(samples, seed)
+        pyro.set_rng_seed(seed)  # the local randomness, as in :meth:`predictives`
         batch = self.inference_spec.predictive.batch_size
         device = self.device
 
@@ -257,6 +256,15 @@ class Run:
             setattr(module, name, nn.Parameter(value.detach().clone()))
         network.initial_weights = {}
         return keep_params_local(network).eval()
+
+
+def seeded_draws(
+    guide: Callable, samples: int, split: DataSplit, seed: int
+) -> dict[str, torch.Tensor]:
+    """S draws of the guide's global sites, seeded: those :meth:`Run.posterior_samples` gives,
+    and those a run folder keeps for a guide given in Python."""
+    pyro.set_rng_seed(seed)
+    return posterior_draws(guide, samples, split)
 
 
 def check_seed(seed: int, option: str = "--seed") -> int:
@@ -445,8 +453,7 @@ def train_and_evaluate(
             posterior = {"guide_state": best.guide_state}
         else:  # a guide given in Python cannot be rebuilt from a file: keep its draws
             rng = pyro.util.get_rng_state()  # training goes on with the random state as it was
-            pyro.set_rng_seed(seed)
-            draws = posterior_draws(trained, samples, run.data.train)
+            draws = seeded_draws(trained, samples, run.data.train, seed)
             pyro.util.set_rng_state(rng)
             posterior = {"posterior_draws": {name: v.cpu() for name, v in draws.items()}}
         save_checkpoint(
@@ -599,8 +606,7 @@ def evaluate(
     ``predictive.nc``, ``probs.npz`` and ``report.png`` into the run folder and returns the
     metrics (:func:`probtrans.summary.summarise`; post-hoc variants prefixed ``{variant}.``)."""
     samples = samples or run.inference_spec.predictive.samples
-    pyro.set_rng_seed(seed)
-    probs, plain = run.predictives(samples, device, progress)
+    probs, plain = run.predictives(samples, device, progress, seed)
     labels = split_labels(run.data)
     scores = summarise(probs["plain"], labels)
     for variant in probs.keys() - {"plain"}:

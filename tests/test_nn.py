@@ -282,3 +282,12 @@ def test_the_spec_built_classifier_is_made_of_the_same_classes(digits):
     assert block.attn.options == tiny_spec("h_sto").network.attention
     trace = poutine.trace(classifier).get_trace(digits.train.inputs[:2])
     assert {"encoder.layers.0.attn.a_c", "encoder.layers.0.attn.a_v"} <= set(trace.nodes)
+
+
+@pytest.mark.parametrize("cls, options", LAYERS)
+def test_inputs_of_the_wrong_shape_are_refused_by_name(cls, options):
+    layer = cls(D, H, **options)
+    with pytest.raises(ValueError, match=rf"{cls.__name__}: x of shape \(2, {B}, {L}, {D}\)"):
+        layer(torch.randn(2, B, L, D))  # e.g. a leading sample dimension
+    with pytest.raises(ValueError, match=rf"mask of shape \({B}, {L + 1}\): must be \({B}, {L}\)"):
+        layer(torch.randn(B, L, D), torch.ones(B, L + 1, dtype=torch.bool))

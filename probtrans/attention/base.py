@@ -49,6 +49,23 @@ def check_options(cls: type, options_class: type[Spec], options: dict[str, Any])
         raise ValueError(f"{cls.__name__}: {explain(options_class, err)}") from None
 
 
+def check_tokens(layer: MultiHeadAttention, x: Tensor, mask: Tensor | None) -> None:
+    """Refuse inputs that are not (B, L, d_model) with a mask (B, L) (e.g. a leading sample
+    dimension added by a vectorised plate)."""
+    width = layer.n_heads * layer.d_head
+    if x.dim() != 3 or x.shape[-1] != width:
+        raise ValueError(
+            f"{type(layer).__name__}: x of shape {tuple(x.shape)}: must be (B, L, {width}) "
+            f"(one sample per call: vectorised plates such as Predictive(parallel=True) are not "
+            f"supported)"
+        )
+    if mask is not None and tuple(mask.shape) != tuple(x.shape[:2]):
+        raise ValueError(
+            f"{type(layer).__name__}: mask of shape {tuple(mask.shape)}: must be "
+            f"{tuple(x.shape[:2])}, that of x without its last dimension"
+        )
+
+
 class MultiHeadAttention(PyroModule):
     """Query/key/value/output projections around a per-head :meth:`attend`.
 
@@ -89,6 +106,7 @@ class MultiHeadAttention(PyroModule):
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         """x: (B, L, D); mask: (B, L) bool, True for real tokens → (B, L, D)."""
+        check_tokens(self, x, mask)
         batch, length, width = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.n_heads, self.d_head).unbind(2)
         h = self.attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask)

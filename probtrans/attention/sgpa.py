@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from pyro.nn import PyroSample
 from torch import Tensor, nn
 
-from probtrans.attention.base import MultiHeadAttention
+from probtrans.attention.base import MultiHeadAttention, check_tokens
 from probtrans.contract import kl_term, sample_attention
 from probtrans.gp.decoupled import decoupled_conditional
 from probtrans.gp.kernels import head_kernel
@@ -91,6 +91,7 @@ class KernelAttention(MultiHeadAttention):
 
     def project(self, x: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
         """Queries = amortised keys (B, H, T, d) and values (B, H, T, d), zero at padding."""
+        check_tokens(self, x, mask)
         q, v = self.split_heads(self.qk(x)), self.split_heads(self.value(x))
         if mask is not None:
             v = v * mask[:, None, :, None].to(v.dtype)
