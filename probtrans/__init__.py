@@ -26,10 +26,12 @@ _API = {
     "DataBundle": "probtrans.data",
 }
 
-__all__ = [*_API, "__version__"]
+__all__ = [*_API, "nn", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "nn":
+        return importlib.import_module("probtrans.nn")
     if name not in _API:
         raise AttributeError(f"module 'probtrans' has no attribute {name!r}")
     return getattr(importlib.import_module(_API[name]), name)

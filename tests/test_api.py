@@ -335,3 +335,19 @@ def test_the_readme_example_runs():
     assert done.returncode == 0, done.stderr
     accuracy = float(done.stdout.split("held-out accuracy")[1].split()[0])
     assert accuracy > 0.8
+
+
+def test_the_api_is_imported_on_first_use():
+    out = run_script(
+        "import sys, probtrans\n"
+        "print('torch' in sys.modules)\n"
+        "print(probtrans.Run.load.__qualname__, probtrans.fit.__module__,"
+        " probtrans.self_guided.__name__, probtrans.DataBundle.__name__,"
+        " probtrans.nn.Encoder.__name__)\n"
+        "import pyro; print(pyro.settings.get('module_local_params'))"
+    )
+    assert out.splitlines() == [
+        "False",
+        "Run.load probtrans.run self_guided DataBundle Encoder",
+        "False",
+    ]
