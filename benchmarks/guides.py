@@ -31,9 +31,10 @@ import probtrans
 from probtrans.run import evaluate_run
 
 
-def hand_written(inputs, mask=None, labels=None, index=None, n_data=None):
-    """Mean-field Normal over the head (8 classes × 64 features: the default digits model)."""
-    for name, shape in (("head.weight", (8, 64)), ("head.bias", (8,))):
+def hand_written(inputs, mask=None, labels=None, index=None, n_data=None, *, features=64):
+    """A guide written by hand: mean-field Normal over the head of 8 classes × ``features`` (64 in
+    the default digits model)."""
+    for name, shape in (("head.weight", (8, features)), ("head.bias", (8,))):
         loc = pyro.param(f"q.{name}.loc", torch.zeros(shape))
         scale = pyro.param(f"q.{name}.scale", 0.01 * torch.ones(shape), constraints.positive)
         pyro.sample(name, dist.Normal(loc, scale).to_event(len(shape)))

@@ -187,8 +187,8 @@ class Run:
         """The posterior predictive on new ``inputs``: texts (a list of strings, tokenised as in
         training), token ids (N, L) (0 = padding), or images (N, C, H, W) or (N, H, W). Returns
         :func:`probtrans.prediction.prediction_columns`, one row per input, with the entropy
-        percentile among the run's validation examples; the same numbers as ``probtrans
-        predict``."""
+        percentile among the run's validation examples (from its ``probs.npz``); the same numbers
+        as ``probtrans predict``."""
         samples = samples or self.inference_spec.predictive.samples
         split = self.as_split(inputs)
         draws = self.posterior_samples(samples, seed)
@@ -201,8 +201,17 @@ class Run:
                 self.classifier, None, part, samples, batch, device, draws=draws, progress=progress
             )["probs"]
 
-        reference = metrics.predictive_entropy(probs(self.data.val))
-        return prediction_columns(probs(split), self.data.class_names, reference)
+        columns = probs(split)
+        validation = self.validation_probs()
+        if validation is None:
+            validation = probs(self.data.val)
+        reference = metrics.predictive_entropy(validation)
+        return prediction_columns(columns, self.data.class_names, reference)
+
+    def validation_probs(self) -> np.ndarray | None:
+        """The validation predictive (S, N, C) the run's ``probs.npz`` keeps, if it has one."""
+        path = self.path / "probs.npz"
+        return read_probs(path)[0]["plain"]["val"] if path.is_file() else None
 
     def as_split(self, inputs: list[str] | torch.Tensor | np.ndarray) -> DataSplit:
         """``inputs`` as an unlabelled split of this run's kind (see :meth:`predict`)."""
