@@ -16,8 +16,6 @@ Only numpy and scikit-learn are used; every function returns numpy arrays or Pyt
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 from sklearn.metrics import (
     average_precision_score,
@@ -26,7 +24,6 @@ from sklearn.metrics import (
     roc_curve,
 )
 
-OodScore = Literal["entropy", "mutual_information", "max_probability"]
 _PROB_FLOOR = 1e-12  # p(y) is clamped here before taking the log in the NLL
 
 
@@ -254,17 +251,62 @@ def std_true_class(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- OOD detection
-def ood_scores(score_in: np.ndarray, score_out: np.ndarray) -> dict[str, float]:
-    """Out-of-domain detection quality of a score where higher means "more likely OOD".
+#: the uncertainty scores of :func:`uncertainty_scores`, each higher for a more uncertain input
+UNCERTAINTY_SCORES = (
+    "msp",
+    "entropy",
+    "expected_entropy",
+    "mutual_information",
+    "std_top",
+    "energy",
+)
 
-    Following Hendrycks & Gimpel 2017 ("A Baseline for Detecting Misclassified and
-    Out-of-Distribution Examples"), OOD examples are the positive class:
-      * ``auroc``: area under the ROC curve (scikit-learn ``roc_auc_score``);
-      * ``aupr``: area under the precision-recall curve with OOD positive, as average precision
-        (scikit-learn ``average_precision_score``);
-      * ``fpr_at_95``: the fraction of in-domain examples whose score is ≥ the threshold at which
-        at least 95% of OOD examples are detected, i.e. the smallest FPR with TPR ≥ 0.95 on the
-        full (undropped) scikit-learn ``roc_curve``.
+
+def uncertainty_scores(
+    probs: np.ndarray, energy: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """Per-example uncertainty scores of posterior-predictive samples ``probs`` (S, N, C), each
+    of shape (N,) and oriented so that higher means more uncertain:
+
+    * ``msp``: 1 − max_c p̄(c | x_n), one minus the maximum softmax probability (Hendrycks &
+      Gimpel 2017);
+    * ``entropy``: H[p̄(· | x_n)], the entropy of the mean prediction (total uncertainty);
+    * ``expected_entropy``: (1/S) Σ_s H[p_s(· | x_n)] (aleatoric);
+    * ``mutual_information``: entropy − expected_entropy (epistemic);
+    * ``std_top``: the standard deviation (ddof = 0) over samples of p_s(ĉ_n | x_n), ĉ_n the
+      class of the mean prediction;
+    * ``energy`` (only when ``energy`` (N,) is given): the free energy −log Σ_c exp f_c(x_n) of
+      the logits f (Liu et al. 2020, temperature 1), averaged over samples by the caller.
+    """
+    probs = _check_probs(probs)
+    mean = probs.mean(axis=0)
+    top = mean.argmax(axis=1)
+    scores = {
+        "msp": 1.0 - mean.max(axis=1),
+        "entropy": predictive_entropy(probs),
+        "expected_entropy": expected_entropy(probs),
+        "mutual_information": mutual_information(probs),
+        "std_top": probs[:, np.arange(probs.shape[1]), top].std(axis=0),
+    }
+    if energy is not None:
+        energy = np.asarray(energy, dtype=np.float64)
+        if energy.shape != (probs.shape[1],):
+            raise ValueError(f"energy must have shape ({probs.shape[1]},), got {energy.shape}")
+        scores["energy"] = energy
+    return scores
+
+
+def ood_detection(score_in: np.ndarray, score_out: np.ndarray) -> dict[str, float]:
+    """How well a score (higher = more uncertain) tells out-of-domain inputs from in-domain ones.
+
+    * ``auroc``: area under the ROC curve (scikit-learn ``roc_auc_score``); the same with either
+      class as positive;
+    * ``aupr``: area under the precision-recall curve with out-of-domain as the positive class
+      ("AUPR-Out"), as average precision (scikit-learn ``average_precision_score``);
+    * ``fpr95``: the usual FPR@95 convention, in-domain as the positive class: the fraction of
+      out-of-domain inputs accepted as in-domain at the threshold that accepts 95 % of the
+      in-domain inputs (the smallest false-positive rate with recall ≥ 0.95 on the full
+      scikit-learn ``roc_curve`` of in-domain vs −score). Lower is better.
     """
     score_in = np.asarray(score_in, dtype=np.float64)
     score_out = np.asarray(score_out, dtype=np.float64)
@@ -273,12 +315,34 @@ def ood_scores(score_in: np.ndarray, score_out: np.ndarray) -> dict[str, float]:
             raise ValueError(f"{name} must be a non-empty 1-D array, got shape {score.shape}")
     is_ood = np.concatenate([np.zeros(score_in.size), np.ones(score_out.size)])
     score = np.concatenate([score_in, score_out])
-    fpr, tpr, _ = roc_curve(is_ood, score, drop_intermediate=False)
+    fpr, tpr, _ = roc_curve(1.0 - is_ood, -score, drop_intermediate=False)
     return {
         "auroc": float(roc_auc_score(is_ood, score)),
         "aupr": float(average_precision_score(is_ood, score)),
-        "fpr_at_95": float(fpr[np.argmax(tpr >= 0.95)]),
+        "fpr95": float(fpr[np.argmax(tpr >= 0.95)]),
     }
+
+
+def ood_report(
+    probs_in: np.ndarray,
+    probs_out: np.ndarray,
+    energy_in: np.ndarray | None = None,
+    energy_out: np.ndarray | None = None,
+) -> dict[str, dict[str, float]]:
+    """:func:`ood_detection` of every :func:`uncertainty_scores` score (``energy`` when both
+    energies are given): score → {auroc, aupr, fpr95}, for in-domain ``probs_in`` (S, N_in, C)
+    against out-of-domain ``probs_out`` (S', N_out, C)."""
+    probs_in = _check_probs(probs_in, "probs_in")
+    probs_out = _check_probs(probs_out, "probs_out")
+    if probs_in.shape[2] != probs_out.shape[2]:
+        raise ValueError(
+            f"probs_in and probs_out must have the same number of classes, "
+            f"got {probs_in.shape[2]} and {probs_out.shape[2]}"
+        )
+    with_energy = energy_in is not None and energy_out is not None
+    scores_in = uncertainty_scores(probs_in, energy_in if with_energy else None)
+    scores_out = uncertainty_scores(probs_out, energy_out if with_energy else None)
+    return {name: ood_detection(scores_in[name], scores_out[name]) for name in scores_in}
 
 
 # ----------------------------------------------------------------------------- selective prediction
@@ -327,42 +391,4 @@ def classification_metrics(
         "mutual_information": float(mutual_information(probs).mean()),
         "std_true_class": float(std_true_class(probs, labels).mean()),
         "aurc": aurc(mean_probs, labels),
-    }
-
-
-def _uncertainty_score(probs: np.ndarray, score: OodScore) -> np.ndarray:
-    """Per-example score where higher means "more likely OOD"."""
-    if score == "entropy":
-        return predictive_entropy(probs)
-    if score == "mutual_information":
-        return mutual_information(probs)
-    if score == "max_probability":
-        return 1.0 - max_probability(predictive_mean(probs))
-    raise ValueError(
-        f"score must be 'entropy', 'mutual_information' or 'max_probability', got {score!r}"
-    )
-
-
-def ood_metrics(
-    probs_in: np.ndarray, probs_out: np.ndarray, score: OodScore = "entropy"
-) -> dict[str, float]:
-    """OOD detection of in-domain ``probs_in`` (S, N_in, C) vs out-of-domain ``probs_out``
-    (S', N_out, C) with one uncertainty score (see :func:`ood_scores`).
-
-    ``score`` is "entropy" (predictive entropy), "mutual_information" or "max_probability"
-    (scored as 1 - max_c p(c | x) so that higher means more likely OOD).
-    Keys: ood_auroc, ood_aupr, ood_fpr95.
-    """
-    probs_in = _check_probs(probs_in, "probs_in")
-    probs_out = _check_probs(probs_out, "probs_out")
-    if probs_in.shape[2] != probs_out.shape[2]:
-        raise ValueError(
-            f"probs_in and probs_out must have the same number of classes, "
-            f"got {probs_in.shape[2]} and {probs_out.shape[2]}"
-        )
-    result = ood_scores(_uncertainty_score(probs_in, score), _uncertainty_score(probs_out, score))
-    return {
-        "ood_auroc": result["auroc"],
-        "ood_aupr": result["aupr"],
-        "ood_fpr95": result["fpr_at_95"],
     }

@@ -184,53 +184,90 @@ def test_std_true_class_hand_example():
 
 
 # ----------------------------------------------------------------------------- OOD detection
-def test_ood_scores_perfect_and_reversed_separation():
+def test_ood_detection_perfect_and_reversed_separation():
     score_in = np.array([0.1, 0.2, 0.3, 0.4])
     score_out = np.array([0.6, 0.7, 0.8])
-    perfect = metrics.ood_scores(score_in, score_out)
-    assert perfect == {"auroc": 1.0, "aupr": 1.0, "fpr_at_95": 0.0}
-    reversed_ = metrics.ood_scores(score_out, score_in)
+    perfect = metrics.ood_detection(score_in, score_out)
+    assert perfect == {"auroc": 1.0, "aupr": 1.0, "fpr95": 0.0}
+    reversed_ = metrics.ood_detection(score_out, score_in)
     assert reversed_["auroc"] == 0.0
-    assert reversed_["fpr_at_95"] == 1.0
+    assert reversed_["fpr95"] == 1.0
 
 
-def test_ood_scores_match_sklearn_on_random_scores():
+def test_ood_detection_matches_sklearn_and_the_fpr95_definition():
     rng = np.random.default_rng(1)
     score_in = rng.normal(0.0, 1.0, size=300)
     score_out = rng.normal(1.0, 1.0, size=150)
-    result = metrics.ood_scores(score_in, score_out)
+    result = metrics.ood_detection(score_in, score_out)
     is_ood = np.r_[np.zeros(300), np.ones(150)]
     score = np.r_[score_in, score_out]
     assert result["auroc"] == pytest.approx(roc_auc_score(is_ood, score))
+    assert result["auroc"] == pytest.approx(roc_auc_score(1 - is_ood, -score))  # either positive
     assert result["aupr"] == pytest.approx(average_precision_score(is_ood, score))
-    # FPR@95 from its definition: threshold = largest t with >= 95% of OOD scores >= t.
-    threshold = np.sort(score_out)[::-1][math.ceil(0.95 * 150) - 1]
-    assert result["fpr_at_95"] == pytest.approx(np.mean(score_in >= threshold))
+    # FPR@95, in-domain positive: accept the 95% least uncertain in-domain inputs (score ≤ t,
+    # t the 285th smallest in-domain score); the OOD inputs accepted with them are false positives
+    threshold = np.sort(score_in)[math.ceil(0.95 * 300) - 1]
+    assert result["fpr95"] == pytest.approx(np.mean(score_out <= threshold))
 
 
-def test_fpr_at_95_hand_example():
-    score_out = np.arange(10.0, 30.0)  # 20 OOD scores; >= 11 keeps 19 of 20 = 95%
-    score_in = np.array([0.0, 5.0, 10.5, 11.0, 12.0, 30.0])  # 11, 12, 30 are >= 11: 3 of 6
-    assert metrics.ood_scores(score_in, score_out)["fpr_at_95"] == pytest.approx(0.5)
+def test_fpr95_hand_example():
+    score_in = np.arange(20.0)  # 20 in-domain scores; ≤ 18 accepts 19 of 20 = 95%
+    score_out = np.array([5.0, 17.5, 18.0, 18.5, 25.0, 30.0])  # 5, 17.5, 18 are ≤ 18: 3 of 6
+    assert metrics.ood_detection(score_in, score_out)["fpr95"] == pytest.approx(0.5)
 
 
-def test_fpr_at_95_uses_every_roc_threshold():
+def test_fpr95_uses_every_roc_threshold():
     # ROC points (0, 0.9), (0.05, 0.95), (0.1, 1) are collinear; a curve with intermediate points
-    # dropped would skip the threshold 2.0 (19 of 20 OOD >= 2, 1 of 20 in-domain >= 2).
-    score_out = np.array([10.0] * 18 + [2.0, 1.0])
-    score_in = np.array([2.0, 1.0] + [0.0] * 18)
-    assert metrics.ood_scores(score_in, score_out)["fpr_at_95"] == pytest.approx(0.05)
+    # dropped would skip the threshold 2.0 (19 of 20 in-domain ≤ 2, 1 of 20 OOD ≤ 2).
+    score_in = np.array([0.0] * 18 + [2.0, 3.0])
+    score_out = np.array([2.0, 3.0] + [10.0] * 18)
+    assert metrics.ood_detection(score_in, score_out)["fpr95"] == pytest.approx(0.05)
 
 
-def test_ood_metrics_scores(random_predictions):
+def _entropy_nats(p: np.ndarray) -> np.ndarray:
+    return -(p * np.log(np.where(p > 0, p, 1.0))).sum(-1)
+
+
+def test_uncertainty_scores_against_their_definitions(random_predictions):
     probs, _ = random_predictions
-    # Out-of-domain: every sample uniform -> maximal entropy, zero mutual information.
-    uniform = np.full((8, 50, 4), 0.25)
-    by_entropy = metrics.ood_metrics(probs, uniform, score="entropy")
-    assert set(by_entropy) == {"ood_auroc", "ood_aupr", "ood_fpr95"}
-    assert by_entropy["ood_auroc"] == 1.0
-    assert metrics.ood_metrics(probs, uniform, score="max_probability")["ood_auroc"] == 1.0
-    assert metrics.ood_metrics(probs, uniform, score="mutual_information")["ood_auroc"] == 0.0
+    energy = np.random.default_rng(3).normal(size=200)
+    scores = metrics.uncertainty_scores(probs, energy)
+    assert tuple(scores) == metrics.UNCERTAINTY_SCORES
+    mean = probs.mean(0)
+    top = mean.argmax(1)
+    np.testing.assert_allclose(scores["msp"], 1 - mean.max(1))
+    np.testing.assert_allclose(scores["entropy"], _entropy_nats(mean))
+    np.testing.assert_allclose(scores["expected_entropy"], _entropy_nats(probs).mean(0))
+    np.testing.assert_allclose(
+        scores["mutual_information"], _entropy_nats(mean) - _entropy_nats(probs).mean(0), atol=1e-12
+    )
+    np.testing.assert_allclose(scores["std_top"], np.std(probs[:, np.arange(200), top], axis=0))
+    np.testing.assert_array_equal(scores["energy"], energy)
+    assert "energy" not in metrics.uncertainty_scores(probs)
+
+
+def test_every_score_agrees_with_sklearn_and_shares_the_orientation():
+    """Hand-made: in-domain inputs get confident samples that agree; out-of-domain inputs get
+    flat samples that disagree, and larger free energies. Every score must rank OOD higher."""
+    rng = np.random.default_rng(0)
+    n_in, n_out, samples = 40, 30, 6
+    confident = np.array([0.9, 0.05, 0.05])
+    probs_in = np.stack([np.roll(confident, rng.integers(3))] * n_in)[None].repeat(samples, 0)
+    probs_in = probs_in + rng.uniform(0, 0.01, probs_in.shape)
+    probs_out = rng.dirichlet([1.0, 1.0, 1.0], size=(samples, n_out))
+    probs_in /= probs_in.sum(-1, keepdims=True)
+    energy_in, energy_out = rng.normal(-8, 1, n_in), rng.normal(-2, 1, n_out)
+    report = metrics.ood_report(probs_in, probs_out, energy_in, energy_out)
+    assert tuple(report) == metrics.UNCERTAINTY_SCORES
+    scores_in = metrics.uncertainty_scores(probs_in, energy_in)
+    scores_out = metrics.uncertainty_scores(probs_out, energy_out)
+    is_ood = np.r_[np.zeros(n_in), np.ones(n_out)]
+    for name, result in report.items():
+        score = np.r_[scores_in[name], scores_out[name]]
+        assert result["auroc"] == pytest.approx(roc_auc_score(is_ood, score)), name
+        assert result["aupr"] == pytest.approx(average_precision_score(is_ood, score)), name
+        assert result["auroc"] > 0.9, name  # higher = more uncertain, for every score
+    assert "energy" not in metrics.ood_report(probs_in, probs_out)
 
 
 # ----------------------------------------------------------------------------- selective prediction
@@ -280,8 +317,8 @@ def test_bad_shapes_raise():
     with pytest.raises(ValueError, match="mean_probs must be 2-D"):
         metrics.ece(probs, np.zeros(3, dtype=int))
     with pytest.raises(ValueError, match="same number of classes"):
-        metrics.ood_metrics(probs, np.full((2, 3, 2), 0.5))
-    with pytest.raises(ValueError, match="score must be"):
-        metrics.ood_metrics(probs, probs, score="variance")
+        metrics.ood_report(probs, np.full((2, 3, 2), 0.5))
+    with pytest.raises(ValueError, match=r"energy must have shape \(3,\)"):
+        metrics.uncertainty_scores(probs, np.zeros(4))
     with pytest.raises(ValueError, match="score_out must be a non-empty 1-D array"):
-        metrics.ood_scores(np.zeros(3), np.zeros((2, 2)))
+        metrics.ood_detection(np.zeros(3), np.zeros((2, 2)))
