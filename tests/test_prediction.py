@@ -1,17 +1,16 @@
-"""Prediction columns, the input files of ``probtrans predict`` and its output files.
+"""Prediction columns and the output files of ``probtrans predict``.
 
-The end-to-end test of ``probtrans predict`` on a run folder lives with ``Run.predict``; here the
+The input files are tested with :mod:`probtrans.data.files` (tests/test_data_files.py). The
+end-to-end test of ``probtrans predict`` on a run folder lives with ``Run.predict``; here the
 command is only checked up to the point where it loads the run."""
 
 from __future__ import annotations
 
 import csv
-import gzip
-import io
 import json
-import sys
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from scipy.stats import entropy as scipy_entropy
 
@@ -20,7 +19,6 @@ from probtrans.errors import ProbtransError
 from probtrans.prediction import (
     format_predictions,
     prediction_columns,
-    read_inputs,
     write_predictions,
 )
 
@@ -104,129 +102,6 @@ def test_column_errors(probs, names, kwargs, message):
         prediction_columns(probs, names, **kwargs)
 
 
-# ----------------------------------------------------------------------------- inputs
-TEXTS = ["A fine film, truly.", 'He said "no".', "Ünïcode ✓"]
-
-
-def test_read_texts_from_stdin_and_txt(tmp_path, monkeypatch):
-    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(["", *TEXTS, "  ", ""])))
-    assert read_inputs("-", "tokens") == TEXTS
-    path = tmp_path / "in.txt"
-    path.write_text("\n".join([TEXTS[0], "", TEXTS[1], "   ", TEXTS[2]]) + "\n", encoding="utf-8")
-    assert read_inputs(str(path), "tokens") == TEXTS
-
-
-def test_read_texts_from_tables(tmp_path):
-    csv_path = tmp_path / "in.csv"
-    with open(csv_path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["id", "text"])
-        writer.writerows([[i, text] for i, text in enumerate(TEXTS)])
-    assert read_inputs(str(csv_path), "tokens") == TEXTS
-    tsv_path = tmp_path / "in.tsv"
-    tsv_path.write_text("text\tid\n" + "".join(f"{t}\t{i}\n" for i, t in enumerate(TEXTS)))
-    assert read_inputs(str(tsv_path), "tokens") == TEXTS  # quotes kept: tabs only
-    rows = "".join(json.dumps({"text": t, "id": i}) + "\n" for i, t in enumerate(TEXTS))
-    jsonl = tmp_path / "in.jsonl"
-    jsonl.write_text(rows + "\n")  # a trailing blank line is skipped
-    assert read_inputs(str(jsonl), "tokens") == TEXTS
-    gz = tmp_path / "in.jsonl.gz"
-    gz.write_bytes(gzip.compress(rows.encode()))
-    assert read_inputs(str(gz), "tokens") == TEXTS
-
-
-def test_read_images(tmp_path):
-    x = np.random.default_rng(0).random((5, 8, 8))
-    np.savez(tmp_path / "three.npz", x=x)
-    np.savez(tmp_path / "four.npz", x=x[:, None], other=np.zeros(2))
-    for name in ("three", "four"):
-        read = read_inputs(str(tmp_path / f"{name}.npz"), "image")
-        assert read.dtype == np.float32 and read.shape[0] == 5
-        np.testing.assert_allclose(read.reshape(5, 8, 8), x, rtol=1e-6)
-
-
-def _write(path, content):
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content, encoding="utf-8")
-    return str(path)
-
-
-INPUT_ERRORS = [
-    ("missing.txt", None, "tokens", "missing.txt: no such file"),
-    ("in.pdf", "text", "tokens", "in.pdf: unknown extension '.pdf'; texts (or '-' for standard"),
-    ("in", "text", "tokens", "in: unknown extension '(none)'"),
-    ("in.txt", "x", "image", "in.txt: unknown extension '.txt'; images (an array 'x') are read "),
-    ("in.txt", "\n  \n", "tokens", "in.txt: no texts to predict"),
-    ("in.txt", b"fine\n\xff\xfe\n", "tokens", "in.txt:2: not valid UTF-8"),
-    ("in.csv", "", "tokens", "in.csv: empty file (no header with a 'text' column)"),
-    ("in.csv", "sentence,id\nfine,1\n", "tokens", "in.csv:1: no 'text' column in the header"),
-    (
-        "in.tsv",
-        "id\tsentence\n1\tfine\n",
-        "tokens",
-        "in.tsv:1: no 'text' column in the header (columns: 'id', 'sentence')",
-    ),
-    ("in.csv", "text\n", "tokens", "in.csv: no texts to predict"),
-    ("in.csv", "id,text\n1,fine\n2,\n", "tokens", "in.csv:3: empty 'text'"),
-    ("in.csv", "id,text\n1,fine\n2\n", "tokens", "in.csv:3: empty 'text'"),
-    ("in.csv", b"text\n\xff\n", "tokens", "in.csv: not valid UTF-8"),
-    ("in.jsonl", '{"text": "fine"}\n{"text": "ok"\n', "tokens", "in.jsonl:2: not a JSON object"),
-    (
-        "in.jsonl",
-        '{"text": "fine"}\n["fine"]\n',
-        "tokens",
-        "in.jsonl:2: not a JSON object (a list)",
-    ),
-    ("in.jsonl", '{"text": "a"}\n{"sentence": "b"}\n', "tokens", "in.jsonl:2: no 'text' key (keys"),
-    ("in.jsonl", '{"text": 3}\n', "tokens", "in.jsonl:1: 'text' is a int, not a string"),
-    ("in.jsonl", "\n\n", "tokens", "in.jsonl: no texts to predict"),
-    ("in.jsonl.gz", b"not gzip", "tokens", "in.jsonl.gz: not a readable gzip file"),
-    ("in.npz", b"not a zip", "image", "in.npz: not a readable .npz file"),
-]
-
-
-@pytest.mark.parametrize("name, content, kind, message", INPUT_ERRORS)
-def test_input_errors(tmp_path, name, content, kind, message):
-    source = str(tmp_path / name) if content is None else _write(tmp_path / name, content)
-    with pytest.raises(ProbtransError) as err:
-        read_inputs(source, kind)
-    text = str(err.value)
-    assert text.startswith(str(tmp_path)) and message in text, text
-    assert "\n" not in text
-
-
-@pytest.mark.parametrize(
-    "arrays, message",
-    [
-        ({"images": np.zeros((2, 4, 4))}, "no array 'x' (arrays: 'images')"),
-        (
-            {"x": np.zeros((2, 16))},
-            "array 'x' has shape (2, 16); images are (N, H, W) or (N, C, H, W)",
-        ),
-        ({"x": np.zeros((0, 4, 4))}, "array 'x' holds no images (shape (0, 4, 4))"),
-        ({"x": np.array([[["a"]]])}, "array 'x' has dtype <U1, not numbers"),
-    ],
-)
-def test_image_input_errors(tmp_path, arrays, message):
-    path = tmp_path / "in.npz"
-    np.savez(path, **arrays)
-    with pytest.raises(ProbtransError) as err:
-        read_inputs(str(path), "image")
-    assert str(err.value) == f"{path}: {message}"
-
-
-def test_stdin_errors(monkeypatch):
-    monkeypatch.setattr(sys, "stdin", io.StringIO("\n \n"))
-    with pytest.raises(ProbtransError, match="^standard input: no texts to predict$"):
-        read_inputs("-", "tokens")
-    with pytest.raises(ProbtransError, match="^standard input: images are read from an .npz"):
-        read_inputs("-", "image")
-    with pytest.raises(ValueError, match="kind must be 'tokens' or 'image'"):
-        read_inputs("-", "audio")
-
-
 # ----------------------------------------------------------------------------- outputs
 def columns_with_labels() -> dict[str, np.ndarray]:
     return prediction_columns(PROBS, NAMES, np.array([0.1, 0.5]), np.array([1, -1, 0]))
@@ -258,6 +133,18 @@ def test_write_and_read_back_json_lines(tmp_path):
         assert [row[name] for row in rows] == values.tolist()
 
 
+def test_write_and_read_back_parquet(tmp_path):
+    columns = columns_with_labels()
+    out = write_predictions(columns, tmp_path / "pred.parquet")
+    table = pq.read_table(out)
+    assert table.column_names == list(columns) and table.num_rows == 3
+    assert str(table.schema.field("predicted").type) == "string"
+    assert str(table.schema.field("entropy").type) == "double"
+    for name, values in columns.items():
+        assert table.column(name).to_pylist() == values.tolist()  # full precision
+    assert [p.name for p in out.parent.iterdir()] == [out.name]  # no temporary file left
+
+
 def test_write_errors(tmp_path):
     with pytest.raises(ProbtransError, match=r"pred\.txt: unknown extension '\.txt'; predictions"):
         write_predictions(columns_with_labels(), tmp_path / "pred.txt")
@@ -285,7 +172,7 @@ def test_table_on_stdout(capsys):
     "argv, message",
     [
         (["--samples", "0"], "error: --samples 0: must be > 0"),
-        (["--out", "pred.txt"], "error: --out pred.txt: must end in .csv, .tsv, .jsonl"),
+        (["--out", "pred.txt"], "error: --out pred.txt: must end in .csv, .tsv, .jsonl, .parquet"),
     ],
 )
 def test_predict_command_checks_options_first(tmp_path, capsys, argv, message):
