@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 
 from probtrans.errors import ConfigError, ProbtransError
+from probtrans.metrics import UNCERTAINTY_SCORES
 
 DEFAULT_MODEL = "models/digits/h_sto.toml"
 DEFAULT_INFERENCE = "inference/map.toml"
@@ -31,9 +32,26 @@ def spec_path(path: str) -> Path:
     return in_checkout if in_checkout.exists() else given
 
 
+def print_metrics(scores: dict) -> None:
+    """The headline in-domain metrics, then every out-of-domain set with every score."""
+    from probtrans.report import format_ood_table, format_table
+    from probtrans.run import HEADLINE
+
+    print(format_table(scores, HEADLINE))
+    if scores.get("ood"):
+        print(format_ood_table(scores["ood"]))
+
+
+def ood_option(text: str) -> tuple[str, str]:
+    """``--ood NAME=SOURCE``."""
+    name, sep, source = text.partition("=")
+    if not sep or not name or not source:
+        raise ProbtransError(f"--ood {text!r}: must be NAME=SOURCE, e.g. questions=data/q.tsv")
+    return name, source
+
+
 def cmd_fit(args: argparse.Namespace) -> int:
-    from probtrans.report import format_table
-    from probtrans.run import HEADLINE, fit_run, read_timing
+    from probtrans.run import fit_run, read_timing
 
     model, inference = spec_path(args.model), spec_path(args.inference)
     out = Path(args.out or f"runs/{model.parent.name}-{model.stem}-{inference.stem}")
@@ -47,7 +65,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         force=args.force,
     )
-    print(format_table(scores, HEADLINE))
+    print_metrics(scores)
     seconds = read_timing(out)["train_seconds"]
     print(f"run written to {out}/ (metrics.json, predictive.nc, report.png, checkpoint.pt)")
     print(f"trained in {seconds:.1f} s (timing.json)")
@@ -55,40 +73,60 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from probtrans.report import format_table
-    from probtrans.run import HEADLINE, evaluate_run
+    from probtrans.run import evaluate_run
+    from probtrans.specs import parse
+    from probtrans.specs.model import OodSetSpec
 
     if args.samples is not None and args.samples <= 0:
         raise ProbtransError(f"--samples {args.samples}: must be > 0")
+    sets = [ood_option(text) for text in args.ood]
+    ood = [
+        parse(OodSetSpec, {"name": name, "source": source}, f"--ood {name}={source}")
+        for name, source in sets
+    ]
     scores = evaluate_run(
         args.run_dir,
         samples=args.samples,
         device=args.device,
         seed=args.seed,
         progress=not args.quiet,
+        ood=ood,
     )
-    print(format_table(scores, HEADLINE))
+    print_metrics(scores)
     print(f"re-evaluated {args.run_dir} with {scores['posterior_samples']} posterior samples")
     return 0
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from probtrans.prediction import OUTPUT_FORMATS, read_inputs, write_predictions
+    from probtrans.data.file_bundle import label_indices
+    from probtrans.data.files import HF_PREFIX, read_inputs
+    from probtrans.prediction import OUTPUT_FORMATS, write_predictions
     from probtrans.run import load_run
 
     if args.samples is not None and args.samples <= 0:
         raise ProbtransError(f"--samples {args.samples}: must be > 0")
-    if args.input != "-" and not Path(args.input).is_file():  # before loading the run
+    local = args.input != "-" and not args.input.startswith(HF_PREFIX)
+    if local and not Path(args.input).exists():  # before loading the run
         raise ProbtransError(f"{args.input}: no such file")
     out = Path(args.out) if args.out else None
     if out is not None and out.suffix.lower() not in OUTPUT_FORMATS:
         raise ProbtransError(f"--out {out}: must end in {', '.join(OUTPUT_FORMATS)}")
     run = load_run(args.run_dir, args.device)
-    inputs = read_inputs(args.input, run.data.kind)
-    columns = run.predict(inputs, samples=args.samples, seed=args.seed, progress=not args.quiet)
+    spec = run.model_spec.data
+    rows = read_inputs(
+        args.input,
+        "text" if run.data.kind == "tokens" else "image",
+        text_column=spec.text_column,
+        image_column=spec.image_column,
+        label_column=spec.label_column,
+    )
+    labels = label_indices(rows, run.data, spec, "input").numpy() if rows.labels else None
+    columns = run.predict(
+        rows.values, samples=args.samples, seed=args.seed, progress=not args.quiet, labels=labels
+    )
     write_predictions(columns, out)
     if out is not None and not args.quiet:
-        print(f"wrote {len(inputs)} predictions of {args.run_dir} to {out}")
+        print(f"wrote {len(rows)} predictions of {args.run_dir} to {out}")
     return 0
 
 
@@ -120,6 +158,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         comparison.method = [m.model_copy(update={"seeds": None}) for m in comparison.method]
     if args.epochs is not None:
         comparison = updated(comparison, {"epochs": args.epochs}, f"--epochs = {args.epochs}")
+    if args.ood_score is not None:
+        comparison = updated(comparison, {"ood_score": args.ood_score}, "--ood-score")
     print(compare(comparison, args.out, progress=not args.quiet))
     return 0
 
@@ -193,6 +233,14 @@ def parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=int, default=0)
     evaluate.add_argument("--device", default="cpu", help="cpu or cuda")
     evaluate.add_argument("--quiet", action="store_true", help="no progress bar")
+    evaluate.add_argument(
+        "--ood",
+        action="append",
+        default=[],
+        metavar="NAME=SOURCE",
+        help="another out-of-domain set: a file (CSV, TSV, JSON Lines, Parquet, .npz) or "
+        "hf:ID[:CONFIG][@SPLIT]; repeat for several",
+    )
     evaluate.set_defaults(run=cmd_evaluate)
 
     predict = sub.add_parser(
@@ -202,11 +250,14 @@ def parser() -> argparse.ArgumentParser:
     predict.add_argument(
         "input",
         metavar="INPUT",
-        help="texts: '-' (stdin, one per line), .txt, or .csv/.tsv/.jsonl[.gz] with a 'text' "
-        "column; images: .npz with an array 'x'",
+        help="texts: '-' (stdin, one per line), .txt, .csv, .tsv, .jsonl[.gz] or .parquet with "
+        "the run's text column; images: .npz with an array 'x'; or hf:ID[:CONFIG][@SPLIT] "
+        "(default split: test)",
     )
     predict.add_argument(
-        "--out", metavar="FILE", help="write .csv, .tsv or .jsonl (default: a table on stdout)"
+        "--out",
+        metavar="FILE",
+        help="write .csv, .tsv, .jsonl or .parquet (default: a table on stdout)",
     )
     predict.add_argument(
         "--samples", metavar="S", type=int, help="posterior samples (default: the spec's)"
@@ -229,6 +280,12 @@ def parser() -> argparse.ArgumentParser:
     compare.add_argument("--seeds", type=int, nargs="+", help="seeds (default: preset's, or 0)")
     compare.add_argument("--epochs", type=int, help="override train.epochs of every run")
     compare.add_argument("--out", required=True, help="folder for runs/, table.md/csv, figure")
+    compare.add_argument(
+        "--ood-score",
+        choices=UNCERTAINTY_SCORES,
+        help="the uncertainty score of the out-of-domain columns (default: the preset's, or "
+        "entropy)",
+    )
     compare.add_argument("--quiet", action="store_true", help="no progress bars")
     compare.set_defaults(run=cmd_compare)
 

@@ -5,7 +5,9 @@ command line, or a preset file (``results/presets/*.toml``)::
 
     title = "H-STO Table 2: CoLA"
     seeds = [0, 1, 2]
-    id_metric = "mcc"          # or "accuracy"; also used for the labelled OOD split
+    id_metric = "mcc"          # or "accuracy"; also used for the labelled OOD sets
+    ood_score = "entropy"      # the uncertainty score of the OOD columns: msp, entropy,
+                               # expected_entropy, mutual_information, std_top, energy
     epochs = 5                 # optional: override every inference spec's train.epochs
 
     [[method]]
@@ -34,6 +36,7 @@ from __future__ import annotations
 import csv
 import io
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,13 +45,13 @@ from matplotlib.figure import Figure
 from probtrans import calibration, report
 from probtrans.errors import ConfigError
 from probtrans.io import read_json, save_png, write_text
-from probtrans.metrics import predictive_entropy, predictive_mean
+from probtrans.metrics import UNCERTAINTY_SCORES, predictive_entropy, predictive_mean
 from probtrans.resolve import load_inference_spec, load_model_spec
 from probtrans.run import RunInfo, fit_run, read_probs, read_timing
 from probtrans.specs import Comparison, Method, read_spec
-from probtrans.summary import summarise
+from probtrans.summary import OOD_PREFIX, is_ood_split, summarise
 
-COLUMNS = ("nll", "ece", "mce", "brier", "ood_auroc", "ood_aupr")
+COLUMNS = ("nll", "ece", "mce", "brier")
 
 
 def load_preset(path: str | Path) -> Comparison:
@@ -67,6 +70,14 @@ def load_preset(path: str | Path) -> Comparison:
     return comparison
 
 
+def check_ood_score(comparison: Comparison) -> None:
+    if comparison.ood_score not in UNCERTAINTY_SCORES:
+        raise ConfigError(
+            f"{comparison.file}: ood_score = {comparison.ood_score!r}: must be one of "
+            f"{', '.join(UNCERTAINTY_SCORES)}"
+        )
+
+
 def missing_variant(method: Method) -> ConfigError:
     return ConfigError(
         f"{method.inference}: [predictive] posthoc does not list {method.variant!r}, "
@@ -77,6 +88,7 @@ def missing_variant(method: Method) -> ConfigError:
 def check_methods(comparison: Comparison) -> None:
     """Read every method's specs and check its variant, and that methods sharing a run agree on
     its epochs, before anything is trained."""
+    check_ood_score(comparison)
     sharing: dict[tuple[str, str], Method] = {}  # (model, inference) → first method training it
     for method in comparison.method:
         load_model_spec(method.model)
@@ -143,23 +155,36 @@ def ensure_runs(comparison: Comparison, out: Path, progress: bool = True) -> Non
             )
 
 
-def method_probs(
-    method: Method, folders: list[Path]
-) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarray], float]]:
-    """(probs split → (S, N, C), labels, train seconds) per row instance: one per seed, or one
-    deep ensemble combining the seeds' draws."""
+@dataclass
+class Instance:
+    """One predictive of a method: a seed's run, or a deep ensemble of the seeds' runs."""
+
+    probs: dict[str, np.ndarray]  # split → (S, N, C)
+    labels: dict[str, np.ndarray]  # split → (N,)
+    energy: dict[str, np.ndarray] | None  # split → (N,); None where there are no logits
+    seconds: float  # training
+
+
+def method_probs(method: Method, folders: list[Path]) -> list[Instance]:
+    """The method's predictive per seed, or one deep ensemble combining the seeds' draws."""
     rows = []
     for folder in folders:
-        probs, labels = read_probs(folder / "probs.npz")
+        probs, labels, energy = read_probs(folder / "probs.npz")
         if method.variant not in probs:
             raise missing_variant(method)
         seconds = read_timing(folder).get("train_seconds", 0.0)
-        rows.append((probs[method.variant], labels, seconds))
+        rows.append(Instance(probs[method.variant], labels, energy.get(method.variant), seconds))
     if method.ensemble:
-        combined = {s: np.concatenate([r[0][s] for r in rows]) for s in rows[0][0]}
-        rows = [(combined, rows[0][1], sum(r[2] for r in rows))]
-    if method.temperature:
-        rows = [(temperature_scaled_splits(p, lab), lab, seconds) for p, lab, seconds in rows]
+        combined = {s: np.concatenate([r.probs[s] for r in rows]) for s in rows[0].probs}
+        energies = None
+        if all(r.energy is not None for r in rows):  # the mean over all draws, equal S per seed
+            energies = {s: np.mean([r.energy[s] for r in rows], axis=0) for s in rows[0].energy}
+        rows = [Instance(combined, rows[0].labels, energies, sum(r.seconds for r in rows))]
+    if method.temperature:  # tempered logits are not kept: no energy
+        rows = [
+            Instance(temperature_scaled_splits(r.probs, r.labels), r.labels, None, r.seconds)
+            for r in rows
+        ]
     return rows
 
 
@@ -178,36 +203,43 @@ def mean_std(values: list[float], scale: float = 1.0) -> str:
 
 
 def table_rows(comparison: Comparison, out: Path) -> list[dict[str, str]]:
+    """One row per method: in-domain metrics, then per out-of-domain set its ``id_metric``
+    (labelled sets) and the AUROC and AUPR of the comparison's ``ood_score``."""
     rows = []
-    metric = comparison.id_metric
+    metric, score = comparison.id_metric, comparison.ood_score
     for method in comparison.method:
         folders = [run_dir(out, method, seed) for seed in comparison.seeds_of(method)]
         instances = method_probs(method, folders)
-        scores = [summarise(probs, labels) for probs, labels, _ in instances]
-        seconds = [s for _, _, s in instances]
+        scores = [summarise(r.probs, r.labels, r.energy) for r in instances]
         row = {"method": method.name, "seeds": str(len(folders))}
         row[f"ID {metric} (%)"] = mean_std([s[metric] for s in scores], 100)
-        ood_key = f"ood_{metric}"
-        row[f"OOD {metric} (%)"] = (
-            mean_std([s[ood_key] for s in scores], 100) if ood_key in scores[0] else "–"
-        )
         for key in COLUMNS:
             row[key] = mean_std([s[key] for s in scores], 100 if key != "nll" else 1)
-        row["train s"] = f"{np.mean(seconds):.0f}"
+        for set_name, first in scores[0]["ood"].items():
+            sets = [s["ood"][set_name] for s in scores]
+            if metric in first:
+                row[f"{set_name} {metric} (%)"] = mean_std([r[metric] for r in sets], 100)
+            for measure in ("auroc", "aupr"):
+                values = [r[score][measure] for r in sets if score in r]
+                column = f"{set_name} {measure.upper()} (%)"
+                row[column] = mean_std(values, 100) if len(values) == len(sets) else "–"
+        row["train s"] = f"{np.mean([r.seconds for r in instances]):.0f}"
         row["paper"] = method.paper
         rows.append(row)
     return rows
 
 
-def markdown(rows: list[dict[str, str]], title: str) -> str:
-    header = list(rows[0])
-    lines = [f"## {title}", "", "| " + " | ".join(header) + " |"]
+def markdown(rows: list[dict[str, str]], comparison: Comparison) -> str:
+    header = list(dict.fromkeys(h for row in rows for h in row))  # methods may differ in sets
+    lines = [f"## {comparison.title}", "", "| " + " | ".join(header) + " |"]
     lines.append("|" + "|".join("---" for _ in header) + "|")
-    lines += ["| " + " | ".join(row[h] for h in header) + " |" for row in rows]
+    lines += ["| " + " | ".join(row.get(h, "–") for h in header) + " |" for row in rows]
     lines += [
         "",
-        "ECE, MCE, Brier, AUROC and AUPR in %; NLL in nats. Mean ± std over seeds "
-        "(a deep ensemble is one predictive over all seeds).",
+        f"ECE, MCE, Brier, AUROC and AUPR in %; NLL in nats. Out-of-domain detection of each "
+        f"set against the in-domain test split by {comparison.ood_score} (higher = more "
+        f"uncertain; AUROC, AUPR with out-of-domain positive). Mean ± std over seeds (a deep "
+        f"ensemble is one predictive over all seeds).",
     ]
     return "\n".join(lines) + "\n"
 
@@ -220,12 +252,16 @@ def figure(comparison: Comparison, out: Path) -> Figure:
     for (reliability_ax, entropy_ax), method in zip(axes, methods, strict=True):
         seeds = comparison.seeds_of(method)
         seeds = seeds if method.ensemble else seeds[:1]
-        probs, labels, _ = method_probs(method, [run_dir(out, method, s) for s in seeds])[0]
+        first = method_probs(method, [run_dir(out, method, s) for s in seeds])[0]
+        probs, labels = first.probs, first.labels
         report.reliability_diagram(
             reliability_ax, predictive_mean(probs["test"]), labels["test"], label=method.name
         )
+        ood = {s.removeprefix(OOD_PREFIX): p for s, p in probs.items() if is_ood_split(s)}
         report.uncertainty_histograms(
-            entropy_ax, predictive_entropy(probs["test"]), predictive_entropy(probs["ood"])
+            entropy_ax,
+            predictive_entropy(probs["test"]),
+            {name: predictive_entropy(p) for name, p in ood.items() if p.shape[1]},
         )
     fig.suptitle(comparison.title)
     return fig
@@ -239,9 +275,10 @@ def compare(comparison: Comparison, out: str | Path, progress: bool = True) -> s
     check_methods(comparison)
     ensure_runs(comparison, out, progress)
     rows = table_rows(comparison, out)
-    text = markdown(rows, comparison.title)
+    text = markdown(rows, comparison)
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    header = list(dict.fromkeys(h for row in rows for h in row))
+    writer = csv.DictWriter(buffer, fieldnames=header, restval="–")
     writer.writeheader()
     writer.writerows(rows)
     write_text(out / "table.md", text)

@@ -198,6 +198,7 @@ class Classifier(PyroModule):
             pyro.deterministic("features", features, event_dim=1)
             logits = self.head(features)
             pyro.deterministic("probs", logits.softmax(-1), event_dim=1)
+            pyro.deterministic("energy", -logits.logsumexp(-1))  # free energy (Liu et al. 2020)
             pyro.sample("obs", dist.Categorical(logits=logits), obs=labels)
         return logits
 

@@ -15,7 +15,17 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from probtrans.io import save_png
-from probtrans.metrics import calibration_bins, ece, ood_scores, predictive_entropy, predictive_mean
+from probtrans.metrics import (
+    UNCERTAINTY_SCORES,
+    calibration_bins,
+    ece,
+    ood_detection,
+    predictive_entropy,
+    predictive_mean,
+)
+
+#: out-of-domain sets whose histograms the run figure overlays; more are shown as box plots
+MAX_OVERLAID = 5
 
 
 def reliability_diagram(
@@ -56,51 +66,110 @@ def reliability_diagram(
 def uncertainty_histograms(
     ax: Axes,
     score_in: np.ndarray,
-    score_out: np.ndarray,
+    scores_out: dict[str, np.ndarray],
     name: str = "predictive entropy",
 ) -> None:
-    """Draw overlaid density histograms of an uncertainty score, in-domain vs out-of-domain.
-
-    Both histograms share the same bins; the title gives the OOD AUROC of the score (OOD
-    positive, higher score = more likely OOD; :func:`probtrans.metrics.ood_scores`). Without
-    out-of-domain examples, the in-domain histogram alone.
+    """Draw overlaid density histograms of an uncertainty score: the in-domain test split and
+    each out-of-domain set, on shared bins; each set's legend entry gives its AUROC
+    (:func:`probtrans.metrics.ood_detection`). Without out-of-domain sets, in-domain alone.
     """
     score_in = np.asarray(score_in, dtype=np.float64)
-    score_out = np.asarray(score_out, dtype=np.float64)
-    edges = np.histogram_bin_edges(np.concatenate([score_in, score_out]), bins=30)
-    ax.hist(score_in, bins=edges, density=True, alpha=0.6, label="in-domain")
-    if len(score_out):
-        ax.hist(score_out, bins=edges, density=True, alpha=0.6, label="out-of-domain")
-        ax.set_title(f"OOD AUROC = {ood_scores(score_in, score_out)['auroc']:.4f}")
-    else:
-        ax.set_title("no out-of-domain examples")
+    scores_out = {k: np.asarray(v, dtype=np.float64) for k, v in scores_out.items() if len(v)}
+    edges = np.histogram_bin_edges(np.concatenate([score_in, *scores_out.values()]), bins=30)
+    ax.hist(score_in, bins=edges, density=True, alpha=0.6, label="in-domain test")
+    for set_name, score_out in scores_out.items():
+        auroc = ood_detection(score_in, score_out)["auroc"]
+        ax.hist(
+            score_out,
+            bins=edges,
+            density=True,
+            alpha=0.45,
+            histtype="stepfilled",
+            label=f"{set_name} (AUROC {auroc:.3f})",
+        )
+    ax.set_title("in-domain vs out-of-domain" if scores_out else "no out-of-domain examples")
     ax.set_xlabel(name)  # the score names the x axis
     ax.set_ylabel("density")
     ax.legend()
+
+
+def uncertainty_boxes(
+    ax: Axes,
+    score_in: np.ndarray,
+    scores_out: dict[str, np.ndarray],
+    name: str = "predictive entropy",
+) -> None:
+    """Draw one horizontal box plot of an uncertainty score per set — the in-domain test split
+    on top, then each out-of-domain set with its AUROC — for more sets than histograms can show
+    (boxes: quartiles; whiskers: 1.5 interquartile ranges)."""
+    score_in = np.asarray(score_in, dtype=np.float64)
+    scores_out = {k: np.asarray(v, dtype=np.float64) for k, v in scores_out.items() if len(v)}
+    labels = ["in-domain test"] + [
+        f"{k} ({ood_detection(score_in, v)['auroc']:.3f})" for k, v in scores_out.items()
+    ]
+    ax.boxplot([score_in, *scores_out.values()], orientation="horizontal", showfliers=False)
+    ax.set_yticks(range(1, len(labels) + 1), labels, fontsize="small")
+    ax.invert_yaxis()
+    ax.set_xlabel(name)
+    ax.set_title("in-domain vs out-of-domain (AUROC)")
 
 
 def save_run_figure(
     path: str | os.PathLike[str],
     probs_in: np.ndarray,
     labels_in: np.ndarray,
-    probs_out: np.ndarray,
+    probs_out: dict[str, np.ndarray],
     title: str = "",
 ) -> Path:
-    """Write a two-panel PNG: the in-domain reliability diagram and the in- vs out-of-domain
-    predictive-entropy histograms. ``probs_in`` (S, N_in, C) and ``probs_out`` (S', N_out, C) are
-    posterior-predictive samples.
+    """Write a two-panel PNG: the in-domain reliability diagram and the predictive-entropy
+    histograms of the in-domain test split and each out-of-domain set (box plots beyond
+    :data:`MAX_OVERLAID` sets). ``probs_in``
+    (S, N_in, C) and each of ``probs_out`` (S', N_out, C) are posterior-predictive samples.
 
     The file is written atomically (:func:`probtrans.io.save_png`). Returns ``path`` as a
     :class:`~pathlib.Path`.
     """
-    fig = Figure(figsize=(11.0, 4.5), layout="constrained")
+    entropy_out = {k: predictive_entropy(p) for k, p in probs_out.items() if p.shape[1]}
+    height = max(4.5, 0.25 * len(entropy_out)) if len(entropy_out) > MAX_OVERLAID else 4.5
+    fig = Figure(figsize=(11.0, height), layout="constrained")
     reliability_ax, entropy_ax = fig.subplots(1, 2)
     reliability_diagram(reliability_ax, predictive_mean(probs_in), labels_in)
-    entropy_out = predictive_entropy(probs_out) if probs_out.shape[1] else np.zeros(0)
-    uncertainty_histograms(entropy_ax, predictive_entropy(probs_in), entropy_out)
+    draw = uncertainty_boxes if len(entropy_out) > MAX_OVERLAID else uncertainty_histograms
+    draw(entropy_ax, predictive_entropy(probs_in), entropy_out)
     if title:
         fig.suptitle(title)
     return save_png(fig, path)
+
+
+def format_ood_table(ood: dict[str, dict]) -> str:
+    """The out-of-domain detection of ``metrics["ood"]`` as a text table: one row per set and
+    measure (AUROC, AUPR, FPR@95), one column per uncertainty score, and a line per labelled
+    set with its accuracy, NLL and ECE."""
+    scores = [s for s in UNCERTAINTY_SCORES if any(s in report for report in ood.values())]
+    rows = [["set", "measure", *scores]]
+    shifted = []
+    for set_name, report in ood.items():
+        for measure in ("auroc", "aupr", "fpr95"):
+            cells = [f"{report[s][measure]:.4f}" if s in report else "–" for s in scores]
+            rows.append([set_name, measure, *cells])
+        if "accuracy" in report:
+            shifted.append(
+                f"{set_name} (labelled, n = {report['n']}): accuracy {report['accuracy']:.4f}, "
+                f"NLL {report['nll']:.4f}, ECE {report['ece']:.4f}"
+            )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(
+            cell.ljust(width) if i < 2 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
+    note = (
+        "OOD detection against the in-domain test split; scores higher = more uncertain; AUROC "
+        "and AUPR with out-of-domain positive, FPR@95 with in-domain positive at 95% recall"
+    )
+    return "\n".join([note, *lines, *shifted])
 
 
 def format_table(metrics: dict[str, float], keys: Iterable[str] | None = None) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+from pathlib import Path
 
 from probtrans.data.sources import DATA_SOURCES
 from probtrans.gp.guides import INDUCING_GUIDES
@@ -47,6 +48,13 @@ def load_inference_spec(path: str | os.PathLike[str], text: str | None = None) -
     spec = read_inference_spec(path, text)
     check_names(spec)
     return spec
+
+
+def spec_folder(spec: SpecFile) -> Path | None:
+    """Where the relative paths of a spec read from a file start: the file's folder (None for a
+    spec made in Python: the working folder)."""
+    file = Path(spec.file)
+    return file.parent if file.is_file() else None
 
 
 def json_schema(cls: type[SpecFile]) -> dict:

@@ -9,10 +9,14 @@ Run folder (:data:`RUN_FILES`):
     metrics.json                 test metrics, OOD scores, temperature-scaled metrics, post-hoc
                                  variants (:func:`probtrans.summary.summarise`) and the
                                  :class:`RunInfo`
-    probs.npz                    class probabilities (S, N, C) of every variant on val/test/ood
+    probs.npz                    class probabilities (S, N, C) of every variant on the validation
+                                 and test splits and every out-of-domain set, free energies (N,)
     predictive.nc                ArviZ InferenceData (NetCDF) of the test posterior predictive
     report.png                   reliability diagram and ID vs OOD uncertainty histograms
     timing.json                  wall-clock seconds of training and evaluation
+    data.json, data.pt,          the data the run is evaluated on, its class names, tokenizer and
+    tokenizer.json               image scaling (:mod:`probtrans.data.saved`): ``evaluate`` and
+                                 ``predict`` need nothing but the folder
 
 Two fits with the same specs and seed write byte-identical files, ``timing.json`` aside.
 
@@ -53,9 +57,11 @@ from probtrans.checkpoint import (
 )
 from probtrans.contract import keep_params_local, local_params
 from probtrans.data import DataBundle, DataSplit, load_data
+from probtrans.data.file_bundle import add_ood_sets
+from probtrans.data.saved import DATA_FILES, load_saved_bundle, save_bundle
 from probtrans.errors import ProbtransError, in_file
 from probtrans.inference.guide import GuideChoice, build_guide
-from probtrans.inference.posthoc import Probs, posterior_predictives
+from probtrans.inference.posthoc import Energy, Probs, posterior_predictives
 from probtrans.inference.predictive import inference_data, posterior_draws, predict
 from probtrans.inference.train import BestState, Resumable, TrainingDiverged, train_classifier
 from probtrans.io import (
@@ -71,12 +77,13 @@ from probtrans.io import (
 from probtrans.lock import folder_lock
 from probtrans.model import Classifier, build_classifier
 from probtrans.prediction import prediction_columns
-from probtrans.resolve import load_inference_spec, load_model_spec
+from probtrans.resolve import load_inference_spec, load_model_spec, spec_folder
 from probtrans.specs import InferenceSpec, ModelSpec, SpecFile, read_spec_text, updated
-from probtrans.summary import SPLITS, summarise
+from probtrans.specs.model import OodSetSpec
+from probtrans.summary import ood_split, summarise
 
 #: the metrics ``fit`` and ``evaluate`` print
-HEADLINE = ("accuracy", "nll", "ece", "mce", "brier", "mutual_information", "ood_auroc", "ood_aupr")
+HEADLINE = ("accuracy", "nll", "ece", "mce", "brier", "mutual_information")
 #: the files of a run folder; a folder holding anything else is not replaced without ``force``
 RUN_FILES = frozenset(
     {
@@ -89,10 +96,13 @@ RUN_FILES = frozenset(
         "predictive.nc",
         "report.png",
         "timing.json",
+        *DATA_FILES,
     }
 )
 #: seeds of numpy and scikit-learn (and so of a fit) are in 0 … 2**32 − 1
 SEED_RANGE = range(2**32)
+#: the prefix of the free energies' keys in ``probs.npz``
+ENERGY = "energy."
 
 
 @dataclass
@@ -160,11 +170,11 @@ class Run:
                     f"{kept} samples"
                 )
             return {name: value[:samples] for name, value in self.draws.items()}
-        return seeded_draws(self.guide, samples, self.data.train, seed)
+        return seeded_draws(self.guide, samples, self.data.val, seed)
 
     def predictives(
         self, samples: int, device: str = "cpu", progress: bool = False, seed: int = 0
-    ) -> tuple[Probs, dict[str, dict[str, np.ndarray]]]:
+    ) -> tuple[Probs, Energy, dict[str, dict[str, np.ndarray]]]:
         """The plain posterior predictive and the spec's post-hoc variants
         (:func:`probtrans.inference.posthoc.posterior_predictives`) on S draws of
         :meth:`posterior_samples`; the local randomness (attention, dropout) is seeded after
@@ -183,12 +193,15 @@ class Run:
         samples: int | None = None,
         seed: int = 0,
         progress: bool = False,
+        labels: np.ndarray | None = None,
     ) -> dict[str, np.ndarray]:
         """The posterior predictive on new ``inputs``: texts (a list of strings, tokenised as in
-        training), token ids (N, L) (0 = padding), or images (N, C, H, W) or (N, H, W). Returns
+        training), token ids (N, L) (0 = padding), or raw images (N, C, H, W) or (N, H, W),
+        scaled as the training images were. Returns
         :func:`probtrans.prediction.prediction_columns`, one row per input, with the entropy
-        percentile among the run's validation examples (from its ``probs.npz``); the same numbers
-        as ``probtrans predict``."""
+        percentile among the run's validation examples (from its ``probs.npz``) and, given
+        ``labels`` (N,) (classes, −1 for none), the label's class name; the same numbers as
+        ``probtrans predict``."""
         samples = samples or self.inference_spec.predictive.samples
         split = self.as_split(inputs)
         draws = self.posterior_samples(samples, seed)
@@ -206,7 +219,7 @@ class Run:
         if validation is None:
             validation = probs(self.data.val)
         reference = metrics.predictive_entropy(validation)
-        return prediction_columns(columns, self.data.class_names, reference)
+        return prediction_columns(columns, self.data.class_names, reference, labels)
 
     def validation_probs(self) -> np.ndarray | None:
         """The validation predictive (S, N, C) the run's ``probs.npz`` keeps, if it has one."""
@@ -215,22 +228,11 @@ class Run:
 
     def as_split(self, inputs: list[str] | torch.Tensor | np.ndarray) -> DataSplit:
         """``inputs`` as an unlabelled split of this run's kind (see :meth:`predict`)."""
-        if isinstance(inputs, list | tuple) and all(isinstance(x, str) for x in inputs):
-            if self.data.encode is None:
-                raise ProbtransError(f"{self.path}: an image model; it cannot read texts")
-            ids, mask = self.data.encode(list(inputs))
-            return DataSplit.unlabelled(ids, mask)
+        texts = isinstance(inputs, list | tuple) and all(isinstance(x, str) for x in inputs)
+        if texts or self.data.kind == "image":
+            prepared, mask = self.data.encode(list(inputs) if texts else inputs)
+            return DataSplit.unlabelled(prepared, mask)
         values = torch.as_tensor(np.asarray(inputs))
-        if self.data.kind == "image":
-            if values.dim() == 3:
-                values = values[:, None]
-            shape = tuple(self.data.image_shape)
-            if values.dim() != 4 or tuple(values.shape[1:]) != shape:
-                raise ProbtransError(
-                    f"inputs of shape {tuple(values.shape)}: this run takes images of shape "
-                    f"(N, {', '.join(map(str, shape))})"
-                )
-            return DataSplit.unlabelled(values.float())
         if values.dim() != 2 or values.is_floating_point():
             raise ProbtransError(
                 f"inputs of shape {tuple(values.shape)} ({values.dtype}): this run takes texts "
@@ -247,7 +249,7 @@ class Run:
         one pass; stochastic attention still draws its weights on each call. In eval mode."""
         if draw == "mean":
             if self.guide is not None and hasattr(self.guide, "median"):
-                _, inputs, mask, labels = next(self.data.train.batches(2))
+                _, inputs, mask, labels = next(self.data.val.batches(2))
                 with local_params():
                     values = self.guide.median(inputs, mask, labels)
             else:
@@ -381,7 +383,7 @@ def fit(
     if data is not None:
         origin["data"] = data.name
     with in_file(model_spec.file):
-        data = load_data(model_spec.data) if data is None else data
+        data = load_data(model_spec.data, spec_folder(model_spec)) if data is None else data
         pyro.set_rng_seed(seed)  # the initial weights too depend on the seed
         classifier = build_classifier(model_spec, data)
     with folder_lock(out_dir, "probtrans fit"):
@@ -462,7 +464,7 @@ def train_and_evaluate(
             posterior = {"guide_state": best.guide_state}
         else:  # a guide given in Python cannot be rebuilt from a file: keep its draws
             rng = pyro.util.get_rng_state()  # training goes on with the random state as it was
-            draws = seeded_draws(trained, samples, run.data.train, seed)
+            draws = seeded_draws(trained, samples, run.data.val, seed)
             pyro.util.set_rng_state(rng)
             posterior = {"posterior_draws": {name: v.cpu() for name, v in draws.items()}}
         save_checkpoint(
@@ -490,6 +492,7 @@ def train_and_evaluate(
     run.guide = result.guide
     checkpoint(result.best, result.guide)  # the guide as returned (e.g. its Laplace approximation)
     write_json(run.path / "history.json", result.history)
+    save_bundle(run.path, run.data, with_train="laplace" in run.inference_spec.predictive.posthoc)
     started = time.perf_counter()
     scores = evaluate(run, device=device, seed=seed, progress=progress)
     info = RunInfo(seed, run.inference_spec.train.epochs, result.best.epoch)
@@ -534,8 +537,8 @@ def load_run(run_dir: str | Path, device: str = "cpu", data: DataBundle | None =
     """Rebuild the classifier and guide of a run folder from its checkpoint, with the spec texts
     the checkpoint keeps (the folder's copies are for reading; a note says if they differ).
 
-    ``data``: the in-memory data set of a run fitted on one (it is not in any file); a run of
-    the model spec's ``[data]`` reads that."""
+    The data come from the folder (:mod:`probtrans.data.saved`); ``data`` replaces them. A run
+    written before runs kept their data reads its model spec's ``[data]``."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ProbtransError(f"{run_dir}: no such run folder")
@@ -555,13 +558,14 @@ def load_run(run_dir: str | Path, device: str = "cpu", data: DataBundle | None =
             )
     model_spec = load_model_spec(f"{path} (model spec)", state["model_spec"])
     inference_spec = load_inference_spec(f"{path} (inference spec)", state["inference_spec"])
+    data = load_saved_bundle(run_dir) if data is None else data
     if "data" in state and data is None:
         raise ProbtransError(
             f"{run_dir}: fitted on the in-memory data set {state['data']!r}, which no file "
             f"holds; pass it: Run.load(path, data=...)"
         )
     with in_file(model_spec.file):
-        data = load_data(model_spec.data) if data is None else data
+        data = load_data(model_spec.data, spec_folder(model_spec)) if data is None else data
         classifier = build_classifier(model_spec, data).to(device)
     guide, draws = None, None
     try:
@@ -569,7 +573,7 @@ def load_run(run_dir: str | Path, device: str = "cpu", data: DataBundle | None =
         if "posterior_draws" in state:
             draws = {name: value.to(device) for name, value in state["posterior_draws"].items()}
         else:
-            guide = build_guide(classifier, inference_spec.guide, data.train, device)
+            guide = build_guide(classifier, inference_spec.guide, data.val, device)
             guide.load_state_dict(state["guide_state"])
     except (RuntimeError, KeyError) as err:
         reason = f"its weights do not fit its model spec ({str(err).splitlines()[0]})"
@@ -580,27 +584,39 @@ def load_run(run_dir: str | Path, device: str = "cpu", data: DataBundle | None =
 
 
 def split_labels(data: DataBundle) -> dict[str, np.ndarray]:
-    return {split: getattr(data, split).labels.numpy() for split in SPLITS}
+    return {name: split.labels.numpy() for name, split in data.splits().items()}
 
 
-def write_probs(path: Path, probs: Probs, labels: dict[str, np.ndarray]) -> None:
-    """``probs.npz``: ``{variant}/{split}`` (S, N, C) and ``labels/{split}`` (N,)."""
+def write_probs(path: Path, probs: Probs, labels: dict[str, np.ndarray], energy: Energy) -> None:
+    """``probs.npz``: ``{variant}/{split}`` (S, N, C), ``labels/{split}`` (N,) and
+    ``energy.{variant}/{split}`` (N,)."""
     arrays = {f"{v}/{s}": p.astype(np.float32) for v, by in probs.items() for s, p in by.items()}
     arrays.update({f"labels/{split}": value for split, value in labels.items()})
+    arrays.update(
+        {
+            f"{ENERGY}{v}/{s}": e.astype(np.float32)
+            for v, by in energy.items()
+            for s, e in by.items()
+        }
+    )
     write_npz(path, arrays)
 
 
-def read_probs(path: Path) -> tuple[Probs, dict[str, np.ndarray]]:
-    """Inverse of :func:`write_probs`."""
+def read_probs(path: Path) -> tuple[Probs, dict[str, np.ndarray], Energy]:
+    """Inverse of :func:`write_probs`: probabilities, labels, energies (none in runs written
+    before they were kept)."""
     probs: Probs = {}
+    energy: Energy = {}
     labels = {}
     for key, value in read_npz(path).items():
-        variant, split = key.split("/")
+        variant, split = key.split("/", 1)
         if variant == "labels":
             labels[split] = value
+        elif variant.startswith(ENERGY):
+            energy.setdefault(variant.removeprefix(ENERGY), {})[split] = value
         else:
             probs.setdefault(variant, {})[split] = value
-    return probs, labels
+    return probs, labels, energy
 
 
 def evaluate(
@@ -610,19 +626,22 @@ def evaluate(
     device: str = "cpu",
     seed: int = 0,
     progress: bool = False,
-) -> dict[str, float]:
-    """Posterior predictive on the validation, in-domain test and out-of-domain splits; writes
-    ``predictive.nc``, ``probs.npz`` and ``report.png`` into the run folder and returns the
-    metrics (:func:`probtrans.summary.summarise`; post-hoc variants prefixed ``{variant}.``)."""
+) -> dict[str, Any]:
+    """Posterior predictive on the validation and in-domain test splits and every out-of-domain
+    set; writes ``predictive.nc``, ``probs.npz`` and ``report.png`` into the run folder and
+    returns the metrics (:func:`probtrans.summary.summarise`; post-hoc variants prefixed
+    ``{variant}.``)."""
     samples = samples or run.inference_spec.predictive.samples
-    probs, plain = run.predictives(samples, device, progress, seed)
+    probs, energy, plain = run.predictives(samples, device, progress, seed)
     labels = split_labels(run.data)
-    scores = summarise(probs["plain"], labels)
-    for variant in probs.keys() - {"plain"}:
-        scores.update({f"{variant}.{k}": v for k, v in summarise(probs[variant], labels).items()})
+    scores = summarise(probs["plain"], labels, energy["plain"])
+    for variant in sorted(probs.keys() - {"plain"}):
+        variant_scores = summarise(probs[variant], labels, energy.get(variant))
+        scores.update({f"{variant}.{k}": v for k, v in variant_scores.items()})
     scores["posterior_samples"] = samples
-    write_probs(run.path / "probs.npz", probs, labels)
-    idata = inference_data(plain["test"], labels["test"], run.data.class_names, ood=plain["ood"])
+    write_probs(run.path / "probs.npz", probs, labels, energy)
+    ood = {name: plain[ood_split(name)] for name in run.data.ood}
+    idata = inference_data(plain["test"], labels["test"], run.data.class_names, ood=ood)
     atomic_write(
         run.path / "predictive.nc", lambda tmp: idata.to_netcdf(str(tmp), engine="h5netcdf")
     )
@@ -630,7 +649,7 @@ def evaluate(
         run.path / "report.png",
         probs["plain"]["test"],
         labels["test"],
-        probs["plain"]["ood"],
+        {name: probs["plain"][ood_split(name)] for name in run.data.ood},
         title=f"{run.data.name} · {run.model_spec.network.attention.kind} attention"
         f" · guide {run.describe_guide()} · {samples} samples",
     )
@@ -644,11 +663,14 @@ def evaluate_run(
     device: str = "cpu",
     seed: int = 0,
     progress: bool = False,
-) -> dict[str, float]:
+    ood: list[OodSetSpec] = (),
+) -> dict[str, Any]:
     """Reload a run folder, re-evaluate it and rewrite its metrics, predictive and report; the
-    :class:`RunInfo` that ``fit`` wrote and its training time are kept."""
+    :class:`RunInfo` that ``fit`` wrote and its training time are kept. ``ood``: more named
+    out-of-domain sets (relative paths start at the working folder), kept in the run's data."""
     seed = check_seed(seed)
     run = load_run(run_dir, device)
+    add_ood_sets(run.data, list(ood), run.model_spec.data)
     metrics_file = run.path / "metrics.json"
     previous = read_json(metrics_file) if metrics_file.is_file() else {}
     timing = read_timing(run.path)
@@ -658,6 +680,11 @@ def evaluate_run(
         started = time.perf_counter()
         scores = evaluate(run, samples=samples, device=device, seed=seed, progress=progress)
         scores.update(RunInfo.read(previous))
+        if ood or not (run.path / "data.json").is_file():
+            train_saved = len(run.data.train) > 0 and (
+                "laplace" in run.inference_spec.predictive.posthoc
+            )
+            save_bundle(run.path, run.data, with_train=train_saved)
         write_json(metrics_file, scores)
         timing["evaluate_seconds"] = time.perf_counter() - started
         write_json(run.path / "timing.json", timing)

@@ -10,6 +10,7 @@ from torch import nn
 
 from probtrans import calibration, metrics
 from probtrans.attention import MultiHeadAttention
+from probtrans.errors import ProbtransError
 from probtrans.inference.laplace import LastLayerLaplace, hessian
 from probtrans.inference.predictive import predict
 from probtrans.model import build_classifier
@@ -116,13 +117,19 @@ def test_laplace_predictive_shapes_limits_and_prior_precision():
 
 
 def test_last_layer_laplace_runs_on_a_trained_run(tiny_run):
+    from probtrans.data import load_data
     from probtrans.run import load_run
 
-    run = load_run(tiny_run)
+    run = load_run(tiny_run)  # fitted without a Laplace: its folder keeps no training split
     run.inference_spec.predictive.posthoc = ["laplace", "mc_dropout"]
-    probs, _ = run.predictives(samples=3)
+    with pytest.raises(ProbtransError, match="no training split"):
+        run.predictives(samples=3)
+    run = load_run(tiny_run, data=load_data(run.model_spec.data))
+    run.inference_spec.predictive.posthoc = ["laplace", "mc_dropout"]
+    probs, energy, _ = run.predictives(samples=3)
     assert set(probs) == {"plain", "laplace", "mc_dropout"}
+    assert set(energy) == {"plain", "mc_dropout"}  # the Laplace predictive has no logits
     for variant in probs.values():
         assert variant["test"].shape == (3, len(run.data.test), run.data.n_classes)
-        assert variant["ood"].shape[1] == len(run.data.ood)
+        assert variant["ood:digits_8_9"].shape[1] == len(run.data.ood["digits_8_9"])
     assert not np.allclose(probs["laplace"]["test"], probs["plain"]["test"])

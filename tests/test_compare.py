@@ -76,8 +76,9 @@ def test_compare_writes_table_csv_and_figure_and_resumes(tmp_path, preset, capsy
 
     ensemble = comparison.method[2]
     folders = [run_dir(out, ensemble, s) for s in comparison.seeds]
-    ((probs, labels, _),) = method_probs(ensemble, folders)
-    single, _, _ = method_probs(comparison.method[0], folders[:1])[0]
+    (pooled,) = method_probs(ensemble, folders)
+    probs = pooled.probs
+    single = method_probs(comparison.method[0], folders[:1])[0].probs
     assert probs["test"].shape[0] == 2 * single["test"].shape[0]  # members' draws pooled
     assert np.allclose(probs["test"][: single["test"].shape[0]], single["test"])
 

@@ -14,7 +14,7 @@ from probtrans.data import NO_LABEL, DataBundle, DataSplit, load_data
 from probtrans.errors import ConfigError, ProbtransError
 from probtrans.specs import DataSpec
 
-SPLITS = ("train", "val", "test", "ood")
+SPLITS = ("train", "val", "test")
 
 
 def images(n: int, classes: int = 3, shape: tuple[int, ...] = (8, 8), seed: int = 0):
@@ -33,7 +33,9 @@ def token_ids(n: int, length: int = 6, vocab: int = 30, seed: int = 0) -> torch.
 
 
 def sizes(bundle: DataBundle) -> dict[str, int]:
-    return {s: len(getattr(bundle, s)) for s in SPLITS}
+    """Split sizes; "ood" is the set of that name, as one out-of-domain set is named."""
+    in_domain = {s: len(getattr(bundle, s)) for s in SPLITS}
+    return in_domain | {"ood": len(bundle.ood["ood"]) if bundle.ood else 0}
 
 
 # ----------------------------------------------------------------------------- DataSplit
@@ -59,13 +61,17 @@ def test_from_tensors_images_without_channel_split_off_val_and_test():
     assert bundle.kind == "image" and bundle.image_shape == (1, 8, 8)
     assert bundle.class_names == ["0", "1", "2"] and bundle.n_classes == 3
     assert sizes(bundle) == {"train": 60, "val": 20, "test": 20, "ood": 0}
-    assert bundle.ood.inputs.shape == (0, 1, 8, 8) and bundle.ood.labels.shape == (0,)
+    assert bundle.ood == {}
     for s in SPLITS:
         split = getattr(bundle, s)
         assert split.inputs.dtype == torch.float32 and split.mask is None
         assert split.labels.dtype == torch.long
     assert bundle.description["split_off_train"] == ["test", "val"]
-    assert bundle.vocab_size is None and bundle.encode is None and bundle.decode is None
+    assert bundle.vocab_size is None and bundle.tokenizer is None
+    raw = np.random.default_rng(0).random((2, 8, 8)).astype(np.float32)  # new images, as given
+    assert torch.equal(bundle.encode(raw)[0], torch.from_numpy(raw)[:, None])
+    with pytest.raises(ProbtransError, match=r"images are \(N, 1, 8, 8\)"):
+        bundle.encode(raw[:, :4])
     # every row lands in exactly one split, with its own label
     rows = torch.cat([getattr(bundle, s).inputs[:, 0, 0, 0] for s in ("train", "val", "test")])
     assert sorted(rows.long().tolist()) == list(range(100))
@@ -83,10 +89,10 @@ def test_from_tensors_given_splits_are_kept_and_ood_alone_has_no_labels():
     assert sizes(bundle) == {"train": 30, "val": 6, "test": 9, "ood": 4}
     assert bundle.image_shape == (2, 5, 5) and bundle.class_names == ["a", "b", "c"]
     assert torch.equal(bundle.train.inputs, xt) and torch.equal(bundle.test.labels, yt[:9])
-    assert bundle.ood.labels.tolist() == [-1] * 4 and not bundle.ood.has_labels
+    assert bundle.ood["ood"].labels.tolist() == [-1] * 4 and not bundle.ood["ood"].has_labels
     assert bundle.description["split_off_train"] == []
     labelled_ood = DataBundle.from_tensors((x, y), ood=(x[:3], [2, -1, 0]))
-    assert labelled_ood.ood.labels.tolist() == [2, -1, 0]
+    assert labelled_ood.ood["ood"].labels.tolist() == [2, -1, 0]
 
 
 def test_from_tensors_token_ids():
@@ -99,10 +105,9 @@ def test_from_tensors_token_ids():
     for s in SPLITS:
         split = getattr(bundle, s)
         assert split.inputs.dtype == torch.long and torch.equal(split.mask, split.inputs != 0)
-    assert bundle.ood.labels.tolist() == [-1] * 5
+    assert bundle.ood["ood"].labels.tolist() == [-1] * 5
     assert DataBundle.from_tensors((ids, labels), vocab_size=100).vocab_size == 100
-    empty_ood = DataBundle.from_tensors((ids.numpy(), labels.numpy())).ood
-    assert empty_ood.inputs.shape == (0, 6) and empty_ood.mask.shape == (0, 6)
+    assert DataBundle.from_tensors((ids.numpy(), labels.numpy())).ood == {}
 
 
 def test_from_tensors_splits_are_seeded_and_stratified():
@@ -141,7 +146,7 @@ def test_from_texts_string_labels_sorted_and_splits():
     bundle = DataBundle.from_texts((x, y), ood=["zebra crossing"], max_len=16)
     assert bundle.kind == "tokens" and bundle.class_names == ["neg", "pos"]
     assert sizes(bundle) == {"train": 24, "val": 8, "test": 8, "ood": 1}
-    assert bundle.ood.labels.tolist() == [-1]
+    assert bundle.ood["ood"].labels.tolist() == [-1]
     assert bundle.description["max_len"] == 16
     # vocabulary: padding, unknown, the 4 words, "movie" and the 24 training-only words
     assert bundle.vocab_size == 2 + 4 + 1 + 24
@@ -264,9 +269,9 @@ TENSOR_ERRORS = [
     (dict(train=(IDS * (torch.arange(30) != 7)[:, None], Y)), "row 7 is all padding"),
     (dict(train=(X[:0], Y[:0])), "train x: shape (0, 8, 8); no rows"),
     (dict(train=(X, Y), test=(X[:5, :4], Y[:5])), "test x: images of shape (1, 4, 8) (C, H, W), "),
-    (dict(train=(X, Y), ood=X[:4, None, :, :4]), "ood x: images of shape (1, 8, 4)"),
+    (dict(train=(X, Y), ood=X[:4, None, :, :4]), "ood:ood x: images of shape (1, 8, 4)"),
     (dict(train=(X, Y[:29])), "train: x has 30 rows (shape (30, 8, 8)) but y has 29 labels"),
-    (dict(train=(X, Y), ood=(X[:3], [0])), "ood: x has 3 rows (shape (3, 8, 8)) but y has 1"),
+    (dict(train=(X, Y), ood=(X[:3], [0])), "ood:ood: x has 3 rows (shape (3, 8, 8)) but y has 1"),
     (dict(train=(X, Y * 0)), "the labels hold 1 class(es) (largest label 0)"),
     (dict(train=(X, Y), class_names="abc"), "class_names must be a list of names, not one string"),
     (dict(train=(X, Y), class_names=["a", "a", "b"]), "class_names = ['a', 'a', 'b']: must be"),
@@ -330,7 +335,7 @@ TEXT_ERRORS = [
     ),
     (dict(train=(TX, [-1] * 20)), "the labels hold the single class"),
     (dict(train=(TX, ["pos"] * 20)), "the labels hold the single class ['pos']"),
-    (dict(train=(TX, TY), ood=["fine", ""]), "ood texts[1]: empty text"),
+    (dict(train=(TX, TY), ood=["fine", ""]), "ood:ood texts[1]: empty text"),
     (dict(train=(TX, TY), test_fraction=1.5), "test_fraction = 1.5: must be in (0, 1)"),
 ]
 

@@ -26,7 +26,7 @@ def run_posterior_predictive_notebook(run_dir: Path, monkeypatch) -> str:
 
 def test_posterior_predictive_notebook_executes(tiny_run, monkeypatch):
     text = run_posterior_predictive_notebook(tiny_run, monkeypatch)
-    assert "p(true) ± std" in text and "ood_auroc" in text
+    assert "p(true) ± std" in text and "digits_8_9  auroc" in text
     assert "out of domain" not in text  # digits 8 and 9 are no in-domain class
 
 
@@ -43,7 +43,7 @@ def test_posterior_predictive_notebook_shows_sentences_of_a_text_run(tmp_path, m
     printed = run_posterior_predictive_notebook(out, monkeypatch)
     data = load_run(out).data
     in_domain, out_of_domain = printed.split("out of domain")
-    for split, part in ((data.test, in_domain), (data.ood, out_of_domain)):
+    for split, part in ((data.test, in_domain), (data.ood["cola_ood"], out_of_domain)):
         sentences = [data.decode(ids.tolist()) for ids in split.inputs]
         rows = [line for line in part.splitlines() if " ± " in line][1:]  # under the header
         assert len(rows) == 9

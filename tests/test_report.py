@@ -12,11 +12,14 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture
-def run_probs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def run_probs() -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     rng = np.random.default_rng(0)
     probs_in = rng.dirichlet(np.full(3, 0.3), size=(4, 60))
     labels_in = probs_in.mean(axis=0).argmax(axis=1)
-    probs_out = rng.dirichlet(np.full(3, 3.0), size=(4, 40))
+    probs_out = {
+        "flat": rng.dirichlet(np.full(3, 3.0), size=(4, 40)),
+        "flatter": rng.dirichlet(np.full(3, 9.0), size=(4, 30)),
+    }
     return probs_in, labels_in, probs_out
 
 
@@ -49,15 +52,36 @@ def test_reliability_diagram_shows_ece(run_probs):
     assert len(ax.patches) == filled
 
 
-def test_uncertainty_histograms_title_has_auroc():
+def test_uncertainty_histograms_name_each_set_with_its_auroc():
     ax = Figure().subplots()
-    report.uncertainty_histograms(ax, np.array([0.1, 0.2, 0.3]), np.array([0.5, 0.9]), name="MI")
-    assert ax.get_title() == "OOD AUROC = 1.0000"
+    scores_out = {"far": np.array([0.5, 0.9]), "near": np.array([0.15, 0.25])}
+    report.uncertainty_histograms(ax, np.array([0.1, 0.2, 0.3]), scores_out, name="MI")
+    legend = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert legend == ["in-domain test", "far (AUROC 1.000)", "near (AUROC 0.500)"]
     assert ax.get_xlabel() == "MI"
+    empty = Figure().subplots()
+    report.uncertainty_histograms(empty, np.array([0.1, 0.2]), {})
+    assert empty.get_title() == "no out-of-domain examples"
+
+
+def test_format_ood_table_has_every_set_score_and_measure(run_probs):
+    probs_in, labels_in, probs_out = run_probs
+    ood = {name: metrics.ood_report(probs_in, p) for name, p in probs_out.items()}
+    ood["flat"]["accuracy"], ood["flat"]["nll"], ood["flat"]["ece"] = 0.5, 1.25, 0.125
+    ood["flat"]["n"] = 40
+    lines = report.format_ood_table(ood).splitlines()
+    header = lines[1].split()
+    assert header == ["set", "measure", *[s for s in metrics.UNCERTAINTY_SCORES if s != "energy"]]
+    rows = {(line.split()[0], line.split()[1]): line.split()[2:] for line in lines[2:8]}
+    for name in probs_out:
+        for measure in ("auroc", "aupr", "fpr95"):
+            expected = [f"{ood[name][s][measure]:.4f}" for s in header[2:]]
+            assert rows[name, measure] == expected
+    assert lines[-1] == "flat (labelled, n = 40): accuracy 0.5000, NLL 1.2500, ECE 0.1250"
 
 
 def test_format_table_contains_every_key():
-    values = {"accuracy": 0.91234567, "ece": 0.0321, "ood_auroc": 1.0}
+    values = {"accuracy": 0.91234567, "ece": 0.0321, "brier": 1.0}
     table = report.format_table(values)
     lines = table.splitlines()
     assert len(lines) == 4  # header + one row per metric
@@ -73,3 +97,18 @@ def test_format_table_selects_keys_and_rejects_unknown():
     assert "accuracy" not in table
     with pytest.raises(ValueError, match="keys not in metrics: brier"):
         report.format_table(values, keys=["brier"])
+
+
+def test_many_sets_are_shown_as_box_plots_with_their_auroc(tmp_path, run_probs):
+    probs_in, labels_in, probs_out = run_probs
+    many = {f"set{i}": probs_out["flat"] for i in range(report.MAX_OVERLAID + 2)}
+    report.save_run_figure(tmp_path / "run.png", probs_in, labels_in, many)
+    assert (tmp_path / "run.png").read_bytes().startswith(PNG_SIGNATURE)
+    ax = Figure().subplots()
+    entropy_in = metrics.predictive_entropy(probs_in)
+    entropy_out = {k: metrics.predictive_entropy(p) for k, p in many.items()}
+    report.uncertainty_boxes(ax, entropy_in, entropy_out)
+    auroc = metrics.ood_detection(entropy_in, entropy_out["set0"])["auroc"]
+    ticks = [t.get_text() for t in ax.get_yticklabels()]
+    assert ticks[0] == "in-domain test" and ticks[1] == f"set0 ({auroc:.3f})"
+    assert len(ticks) == 1 + len(many)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import probtrans.inference.train
+from probtrans import metrics
 from probtrans.checkpoint import load_checkpoint
 from probtrans.cli import main
 from probtrans.errors import ProbtransError
@@ -44,19 +45,23 @@ def test_fit_writes_a_complete_run_that_evaluate_reproduces(tmp_path, tiny_model
         "history.json",
         "model.toml",
         "inference.toml",
+        "data.json",
+        "data.pt",
     ):
         assert (out / name).is_file(), name
     assert not (tmp_path / "run.partial").exists()
     written = json.loads((out / "metrics.json").read_text())
-    for key in ("accuracy", "nll", "ece", "brier", "ood_auroc"):
+    for key in ("accuracy", "nll", "ece", "brier"):
         assert np.isfinite(written[key])
+    for report in written["ood"]["digits_8_9"].values():
+        assert not isinstance(report, dict) or np.isfinite(list(report.values())).all()
     assert len(json.loads((out / "history.json").read_text())) == 2
 
     idata = az.from_netcdf(out / "predictive.nc")
     n_test, n_ood = written_sizes(out)
     assert idata.posterior_predictive["probs"].shape == (1, 4, n_test, 8)
     assert idata.log_likelihood["y"].shape == (1, 4, n_test)
-    assert idata.predictions["probs_ood"].shape == (1, 4, n_ood, 8)
+    assert idata.predictions["probs_digits_8_9"].shape == (1, 4, n_ood, 8)
     probs = idata.posterior_predictive["probs"].values[0]
     y = idata.observed_data["y"].values
     np.testing.assert_allclose(
@@ -68,13 +73,17 @@ def test_fit_writes_a_complete_run_that_evaluate_reproduces(tmp_path, tiny_model
     assert list(table["elpd_loo"]) == pytest.approx([loo.elpd_loo] * 2)
 
     again = evaluate_run(out)  # same seed → same posterior draws → same metrics
-    for key in ("accuracy", "nll", "ece", "ood_auroc"):
+    for key in ("accuracy", "nll", "ece"):
         assert again[key] == pytest.approx(scores[key], rel=1e-5)
+    ood, ood_again = scores["ood"]["digits_8_9"], again["ood"]["digits_8_9"]
+    assert set(ood) == {"n", *metrics.UNCERTAINTY_SCORES}
+    for score in metrics.UNCERTAINTY_SCORES:
+        assert ood_again[score] == pytest.approx(ood[score], rel=1e-5)
 
 
 def written_sizes(out):
     run = load_run(out)
-    return len(run.data.test), len(run.data.ood)
+    return len(run.data.test), len(run.data.ood["digits_8_9"])
 
 
 def test_checkpoint_reload_gives_the_same_guide(tmp_path, tiny_model_file):
@@ -176,7 +185,7 @@ def test_attention_sites_only_on_request(digits):
     classifier = build_classifier(tiny_spec("h_sto"), digits)
     split = digits.test
     plain = predict(classifier, lambda *a, **k: {}, split, samples=3, batch_size=100)
-    assert set(plain) == {"probs", "obs"}
+    assert set(plain) == {"probs", "obs", "energy"}
     assert plain["probs"].shape == (3, len(split), digits.n_classes)
     full = predict(classifier, lambda *a, **k: {}, split, samples=3, batch_size=100, attention=True)
     assert full["encoder.layers.0.attn.a_v"].shape == (3, len(split), 2, 16, 16)

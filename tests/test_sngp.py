@@ -73,7 +73,7 @@ def test_sngp_run_uses_the_prior_precision_and_bounded_encoder(tmp_path, monkeyp
 
     monkeypatch.setattr(LastLayerLaplace, "fit_prior_precision", refuse)
     run = load_run(tmp_path / "run")  # u, v buffers and the feature map come back
-    probs, plain = run.predictives(samples=3)
+    probs, _, _ = run.predictives(samples=3)
     assert probs["laplace"]["test"].shape == (3, len(run.data.test), run.data.n_classes)
     assert run.classifier.head.in_features == 128
     for module in run.classifier.encoder.layers.modules():

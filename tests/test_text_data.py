@@ -171,8 +171,8 @@ def test_cola_bundle(cache, protocol, sizes):
     bundle = load_data(cola_spec(protocol))
     assert (bundle.kind, bundle.class_names) == ("tokens", ["unacceptable", "acceptable"])
     assert tuple(len(s) for s in (bundle.train, bundle.val, bundle.test)) == sizes
-    assert len(bundle.ood) == 516
-    assert bundle.ood.labels.sum().item() == 354  # labels kept as in the file
+    assert len(bundle.ood["cola_ood"]) == 516
+    assert bundle.ood["cola_ood"].labels.sum().item() == 354  # labels kept as in the file
     for split in (bundle.train, bundle.val, bundle.test):
         assert abs(split.labels.float().mean().item() - 0.70) < 0.04  # 6388 / 9078 acceptable
         assert split.inputs.dtype == torch.long and split.inputs.max() < bundle.vocab_size
@@ -180,7 +180,7 @@ def test_cola_bundle(cache, protocol, sizes):
 
 @needs_data
 def test_padding_mask_and_truncation(cola, cache):
-    for split in (cola.train, cola.test, cola.ood):
+    for split in (cola.train, cola.test, cola.ood["cola_ood"]):
         ids, mask = split.inputs, split.mask
         assert mask.dtype == torch.bool and torch.equal(mask, ids != 0)
         lengths = mask.sum(1)
@@ -197,8 +197,10 @@ def test_decode_gives_back_the_words_the_model_sees(cola):
     text = task.train["text"][0]
     words = [w for w, _ in pre_tokenizers.Whitespace().pre_tokenize_str(text.lower())]
     assert cola.decode(cola.train.inputs[0].tolist()) == " ".join(words)
-    unseen = (cola.ood.inputs == 1).any(1).nonzero()[0, 0]  # a sentence with an unknown word
-    assert "[UNK]" in cola.decode(cola.ood.inputs[unseen].tolist())
+    unseen = (
+        (cola.ood["cola_ood"].inputs == 1).any(1).nonzero()[0, 0]
+    )  # a sentence with an unknown word
+    assert "[UNK]" in cola.decode(cola.ood["cola_ood"].inputs[unseen].tolist())
 
 
 @needs_data
@@ -229,7 +231,11 @@ def test_determinism_per_seed(cola, cache, tmp_path, monkeypatch):
     monkeypatch.setenv("PROBTRANS_CACHE_DIR", str(tmp_path))  # recomputed, not read back
     same = load_data(cola_spec())
     assert not same.description["from_cache"]
-    for a, b in ((cola.train, same.train), (cola.test, same.test), (cola.ood, same.ood)):
+    for a, b in (
+        (cola.train, same.train),
+        (cola.test, same.test),
+        (cola.ood["cola_ood"], same.ood["cola_ood"]),
+    ):
         assert torch.equal(a.inputs, b.inputs) and torch.equal(a.labels, b.labels)
     other = load_data(cola_spec(seed=1))
     assert len(other.train) == len(cola.train)

@@ -10,6 +10,7 @@ tokenised with a vocabulary learned on the training texts). A split whose rows h
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,17 +18,21 @@ from typing import Any
 import numpy as np
 import torch
 from sklearn.model_selection import train_test_split
+from tokenizers import Tokenizer
 from torch import Tensor
 
 from probtrans.data.tokenizer import decoder, encode, encoder, train_tokenizer
 from probtrans.errors import ProbtransError
 from probtrans.specs import DataSpec
 from probtrans.specs.base import parse
+from probtrans.specs.model import SET_NAME_PATTERN
+from probtrans.summary import OOD_PREFIX, is_ood_split, ood_split
 
 #: batches per pool of length-grouped shuffling (``DataSplit.batches(by_length=True)``)
 POOL_BATCHES = 50
 #: the label of a row without a class: out-of-domain data, inputs to predict
 NO_LABEL = -1
+SET_NAME = re.compile(SET_NAME_PATTERN)
 #: split fractions and tokenisation settings of the in-memory constructors (the spec defaults)
 _DEFAULTS = DataSpec()
 
@@ -108,28 +113,84 @@ class DataSplit:
         return [batches[i] for i in torch.randperm(len(batches), generator=generator)]
 
 
+@dataclass(frozen=True)
+class ImageScaling:
+    """How raw pixels become model inputs: x = (scale · pixels − mean_c) / std_c per channel c
+    (``mean``, ``std`` None: no standardisation)."""
+
+    scale: float = 1.0
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+
+    def __call__(self, pixels: Tensor) -> Tensor:
+        """pixels (N, C, H, W) → float32 inputs (N, C, H, W)."""
+        x = pixels.float() * self.scale
+        if self.mean is None or self.std is None:
+            return x
+        mean = torch.tensor(self.mean, dtype=torch.float32)[:, None, None]
+        std = torch.tensor(self.std, dtype=torch.float32)[:, None, None]
+        return (x - mean) / std
+
+
 @dataclass
 class DataBundle:
-    """The four splits of a task and what a model needs to know about its inputs."""
+    """The splits of a task and what a model needs to know about its inputs.
+
+    ``ood`` holds the named out-of-domain sets (possibly none), each scored against ``test``.
+    Text bundles keep the ``tokenizer`` learned on their training split; image bundles the
+    ``scaling`` of raw pixels. :meth:`encode` prepares new inputs with them."""
 
     name: str
     train: DataSplit
     val: DataSplit
     test: DataSplit
-    ood: DataSplit
+    ood: dict[str, DataSplit]
     class_names: list[str]
     kind: str  # "image" or "tokens"
     image_shape: tuple[int, int, int] | None = None
     vocab_size: int | None = None
     description: dict = field(default_factory=dict)
-    #: text data: token ids → the words the model sees (lower-cased, unknown words as [UNK])
-    decode: Callable[[list[int]], str] | None = None
-    #: text data: new texts → (token ids (N, L) long, mask (N, L) bool) with the bundle's tokenizer
-    encode: Callable[[list[str]], tuple[Tensor, Tensor]] | None = None
+    tokenizer: Tokenizer | None = None
+    scaling: ImageScaling = ImageScaling()
 
     @property
     def n_classes(self) -> int:
         return len(self.class_names)
+
+    def encode(self, inputs: Sequence[str] | Any) -> tuple[Tensor, Tensor | None]:
+        """New inputs as the model takes them: texts → (token ids (N, L) long, mask (N, L) bool)
+        with the bundle's tokenizer; raw images (N, C, H, W) or (N, H, W) → (images (N, C, H, W)
+        float32 scaled as the training images, None). Raises ProbtransError for inputs of the
+        other kind, or texts without a tokenizer."""
+        if self.kind == "tokens":
+            if self.tokenizer is None:
+                raise ProbtransError(
+                    f"{self.name}: given as token ids, it has no tokenizer to read texts"
+                )
+            return encoder(self.tokenizer)(inputs)
+        if isinstance(inputs, list | tuple) and inputs and isinstance(inputs[0], str):
+            raise ProbtransError(f"{self.name}: an image data set; it cannot read texts")
+        images = _as_tensor(inputs, f"{self.name}: images")
+        if images.ndim == 3:
+            images = images[:, None]
+        if images.ndim != 4 or tuple(images.shape[1:]) != tuple(self.image_shape or ()):
+            raise ProbtransError(
+                f"images of shape {tuple(images.shape)}: this data set's images are (N, "
+                f"{', '.join(map(str, self.image_shape or ()))})"
+            )
+        return _check_inputs(self.scaling(images), "image", f"{self.name}: images"), None
+
+    def decode(self, ids: list[int]) -> str:
+        """Token ids → the words the model sees (lower-cased, unknown words as [UNK])."""
+        if self.tokenizer is None:
+            raise ProbtransError(f"{self.name}: no tokenizer to decode token ids")
+        return decoder(self.tokenizer)(ids)
+
+    def splits(self) -> dict[str, DataSplit]:
+        """The splits a run is evaluated on: ``val``, ``test`` and ``ood:NAME`` per set."""
+        return {"val": self.val, "test": self.test} | {
+            ood_split(name): split for name, split in self.ood.items()
+        }
 
     @classmethod
     def from_tensors(
@@ -137,7 +198,7 @@ class DataBundle:
         train: tuple[Any, Any],
         val: tuple[Any, Any] | None = None,
         test: tuple[Any, Any] | None = None,
-        ood: Any | tuple[Any, Any] | None = None,
+        ood: Any | tuple[Any, Any] | dict[str, Any] | None = None,
         *,
         class_names: Sequence[str] | None = None,
         name: str = "tensors",
@@ -153,9 +214,10 @@ class DataBundle:
         follows the dtype of ``train``'s ``x``. ``y`` holds classes 0..C−1, C = ``len(class_names)``
         or else the largest label + 1 (class names "0", "1", …). A missing ``val`` or ``test`` is
         split off ``train``, stratified by class and seeded by ``seed`` (scikit-learn
-        ``train_test_split``), the fractions being of the given ``train``. ``ood`` is ``x`` alone
-        (labels :data:`NO_LABEL`) or a tuple ``(x, y)`` with classes or −1; a missing ``ood`` is an
-        empty split. ``vocab_size`` (token ids) defaults to the largest id + 1.
+        ``train_test_split``), the fractions being of the given ``train``. ``ood`` is one
+        out-of-domain set named "ood", or a dict of named sets, each ``x`` alone (labels
+        :data:`NO_LABEL`) or a tuple ``(x, y)`` with classes or −1; by default there is none.
+        ``vocab_size`` (token ids) defaults to the largest id + 1.
 
         Raises ProbtransError naming the argument and shape of the first problem.
         """
@@ -164,11 +226,15 @@ class DataBundle:
         pairs = {s: _pair(v, s, where) for s, v in given.items() if v is not None}
         xs = {s: _as_tensor(x, f"{where}: {s} x") for s, (x, _) in pairs.items()}
         ys = {s: _labels_tensor(y, f"{where}: {s} y") for s, (_, y) in pairs.items()}
-        if ood is not None:
-            ood_x, ood_y = _pair(ood, "ood", where) if isinstance(ood, tuple) else (ood, None)
-            xs["ood"] = _as_tensor(ood_x, f"{where}: ood x")
-            if ood_y is not None:
-                ys["ood"] = _labels_tensor(ood_y, f"{where}: ood y")
+        for set_name, value in _named_sets(ood, where).items():
+            s = ood_split(set_name)
+            ood_x, ood_y = _pair(value, s, where) if isinstance(value, tuple) else (value, None)
+            xs[s] = _as_tensor(ood_x, f"{where}: {s} x")
+            ys[s] = (
+                torch.full((len(xs[s]),), NO_LABEL, dtype=torch.long)
+                if ood_y is None
+                else _labels_tensor(ood_y, f"{where}: {s} y")
+            )
         shapes = {s: tuple(x.shape) for s, x in xs.items()}  # as given, for messages
         kind = _input_kind(xs["train"], f"{where}: train x")
         xs = {s: _check_inputs(x, kind, f"{where}: {s} x") for s, x in xs.items()}
@@ -185,12 +251,7 @@ class DataBundle:
                 )
         names = _class_names(class_names, ys, where)
         for s, y in ys.items():
-            _check_classes(y, len(names), f"{where}: {s} y", allow_none=s == "ood")
-        if "ood" in xs and "ood" not in ys:
-            ys["ood"] = torch.full((len(xs["ood"]),), NO_LABEL, dtype=torch.long)
-        if "ood" not in xs:
-            xs["ood"] = xs["train"][:0]
-            ys["ood"] = ys["train"][:0]
+            _check_classes(y, len(names), f"{where}: {s} y", allow_none=is_ood_split(s))
         rows = _split_rows(
             ys["train"].numpy(), "val" in xs, "test" in xs, val_fraction, test_fraction, seed, where
         )
@@ -205,10 +266,10 @@ class DataBundle:
             x = xs[s]
             return DataSplit(x, ys[s], x != 0 if kind == "tokens" else None)
 
-        splits = {s: split(s) for s in ("train", "val", "test", "ood")}
+        splits = {s: split(s) for s in xs}
         return cls(
             name=name,
-            **splits,
+            **_arranged(splits),
             class_names=names,
             kind=kind,
             image_shape=tuple(xs["train"].shape[1:]) if kind == "image" else None,
@@ -222,7 +283,7 @@ class DataBundle:
         train: tuple[Sequence[str], Sequence[Any]],
         val: tuple[Sequence[str], Sequence[Any]] | None = None,
         test: tuple[Sequence[str], Sequence[Any]] | None = None,
-        ood: Sequence[str] | None = None,
+        ood: Sequence[str] | dict[str, Any] | None = None,
         *,
         labels: Sequence[Any] | None = None,
         max_len: int = _DEFAULTS.max_len,
@@ -239,7 +300,9 @@ class DataBundle:
         themselves, or, for integer labels 0..C−1, the C class names. Without it, string labels
         give the sorted distinct values as classes and integer labels are the classes 0..C−1
         (named "0", "1", …, C the largest label + 1). A missing ``val`` or ``test`` is split off
-        ``train`` as in :meth:`from_tensors`; ``ood`` texts (no labels) default to none.
+        ``train`` as in :meth:`from_tensors`. ``ood`` is one out-of-domain set of texts named
+        "ood", or a dict of named sets, each texts alone or ``(texts, labels)`` with labels of
+        the task's classes; by default there is none.
 
         The word-level tokenizer (:mod:`probtrans.data.tokenizer`) is learned on the training
         texts only, with ``max_len``, ``vocab_size`` and ``min_freq`` as in a model spec's
@@ -266,8 +329,19 @@ class DataBundle:
         for s, t in texts.items():
             if len(t) != len(values[s]):
                 raise ProbtransError(f"{where}: {s}: {len(t)} texts but {len(values[s])} labels")
-        ys, names = _text_classes(values, labels, where)
-        texts["ood"] = [] if ood is None else _texts(ood, f"{where}: ood texts", empty_ok=True)
+        for set_name, value in _named_sets(ood, where).items():
+            s = ood_split(set_name)
+            ood_texts, ood_labels = (
+                _pair(value, s, where) if isinstance(value, tuple) else (value, None)
+            )
+            texts[s] = _texts(ood_texts, f"{where}: {s} texts")
+            if ood_labels is not None:
+                values[s] = _label_list(ood_labels, f"{where}: {s} labels")
+                if len(values[s]) != len(texts[s]):
+                    raise ProbtransError(
+                        f"{where}: {s}: {len(texts[s])} texts but {len(values[s])} labels"
+                    )
+        ys, names = class_indices(values, labels, where)
         rows = _split_rows(
             ys["train"], val is not None, test is not None, val_fraction, test_fraction, seed, where
         )
@@ -278,28 +352,47 @@ class DataBundle:
 
         def split(s: str) -> DataSplit:
             ids = encode(tokenizer, texts[s]).long()
-            if s == "ood" and not texts[s]:
-                ids = torch.zeros((0, 1), dtype=torch.long)
             y = ys.get(s)
             y = torch.full((len(ids),), NO_LABEL) if y is None else torch.from_numpy(y)
             return DataSplit(ids, y.long(), ids != 0)
 
-        splits = {s: split(s) for s in ("train", "val", "test", "ood")}
+        splits = {s: split(s) for s in texts}
         description = _description("in-memory texts", splits, rows, seed)
         description.update(max_len=spec.max_len, min_freq=spec.min_freq)
         return cls(
             name=name,
-            **splits,
+            **_arranged(splits),
             class_names=names,
             kind="tokens",
             vocab_size=tokenizer.get_vocab_size(),
             description=description,
-            decode=decoder(tokenizer),
-            encode=encoder(tokenizer),
+            tokenizer=tokenizer,
         )
 
 
 # ------------------------------------------------------------------ in-memory data: checks
+def _named_sets(ood: Any, where: str) -> dict[str, Any]:
+    """``ood`` as out-of-domain sets by name: one set (named "ood"), or a dict of them."""
+    if ood is None:
+        return {}
+    if not isinstance(ood, dict):
+        return {"ood": ood}
+    for set_name in ood:
+        if not isinstance(set_name, str) or not SET_NAME.fullmatch(set_name):
+            raise ProbtransError(
+                f"{where}: ood set name {set_name!r}: letters, digits and _ . + - only, starting "
+                f"with a letter or digit"
+            )
+    return dict(ood)
+
+
+def _arranged(splits: dict[str, DataSplit]) -> dict[str, Any]:
+    """``train``, ``val``, ``test`` and the ``ood:NAME`` splits as DataBundle's arguments."""
+    return {s: splits[s] for s in ("train", "val", "test")} | {
+        "ood": {s.removeprefix(OOD_PREFIX): split for s, split in splits.items() if is_ood_split(s)}
+    }
+
+
 def _pair(value: Any, split: str, where: str) -> tuple[Any, Any]:
     if not isinstance(value, tuple | list) or len(value) != 2:
         what = f"a {type(value).__name__}" + (
@@ -386,7 +479,7 @@ def _same_image_shape(xs: dict[str, Tensor], where: str) -> None:
 
 def _class_names(class_names: Sequence[str] | None, ys: dict[str, Tensor], where: str) -> list[str]:
     if class_names is None:
-        in_domain = [y for s, y in ys.items() if s != "ood" and len(y)]
+        in_domain = [y for s, y in ys.items() if not is_ood_split(s) and len(y)]
         n = max(int(y.max()) for y in in_domain) + 1 if in_domain else 0
         if n < 2:
             raise ProbtransError(
@@ -455,12 +548,12 @@ def _split_rows(
             f"{where}: val_fraction + test_fraction = {sum(fractions.values())}: must be < 1, "
             f"train needs rows"
         )
-    remaining = 1.0
     for s, f in fractions.items():  # test first, then val, as the digits data
+        size = max(1, round(f * len(labels)))  # rows, of all of train: no rounding drift
         try:
             rest, part = train_test_split(
                 rows["train"],
-                test_size=f / remaining,
+                test_size=size,
                 stratify=labels[rows["train"]],
                 random_state=seed,
             )
@@ -470,7 +563,6 @@ def _split_rows(
                 f"stratified by class: {err}"
             ) from None
         rows["train"], rows[s] = np.sort(rest), np.sort(part)
-        remaining -= f
     return rows
 
 
@@ -511,16 +603,20 @@ def _label_list(value: Any, what: str) -> list[Any]:
     return values
 
 
-def _text_classes(
-    values: dict[str, list[Any]], labels: Sequence[Any] | None, where: str
+def class_indices(
+    values: dict[str, list[Any]],
+    labels: Sequence[Any] | None,
+    where: str,
+    locate: Callable[[str, int], str] | None = None,
 ) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Class indices per split and the class names (see :meth:`DataBundle.from_texts`)."""
+    """Class indices per split and the class names (see :meth:`DataBundle.from_texts`);
+    ``locate(split, row)`` names where a bad label is (a file and line) in errors."""
     strings = isinstance(values["train"][0], str)
     for s, vs in values.items():
         for i, v in enumerate(vs):
             if isinstance(v, str) != strings:
                 raise ProbtransError(
-                    f"{where}: {s} labels[{i}] = {v!r}: labels mix strings and integers"
+                    f"{_row(where, s, i, locate)} = {v!r}: labels mix strings and integers"
                 )
     by_index = not strings  # integer labels are class indices, unless ``labels`` orders them
     if labels is not None:
@@ -540,7 +636,7 @@ def _text_classes(
         index = {v: i for i, v in enumerate(names)}
         known = f"{names} (the train labels; labels=[...] names them all)"
     else:
-        n = max(max(vs) for vs in values.values()) + 1
+        n = max(max(vs) for s, vs in values.items() if not is_ood_split(s)) + 1
         names = [str(c) for c in range(n)]
         index = {c: c for c in range(n)}
     if len(names) < 2:
@@ -554,7 +650,12 @@ def _text_classes(
         for i, v in enumerate(vs):
             if v not in index:
                 raise ProbtransError(
-                    f"{where}: {s} labels[{i}] = {v!r}: not one of the classes {known}"
+                    f"{_row(where, s, i, locate)} = {v!r}: not one of the classes {known}"
                 )
         ys[s] = np.array([index[v] for v in vs], dtype=np.int64)
     return ys, names
+
+
+def _row(where: str, split: str, i: int, locate: Callable[[str, int], str] | None) -> str:
+    """How an error names label ``i`` of ``split``: its file and line, or its list position."""
+    return f"{locate(split, i)}: label" if locate else f"{where}: {split} labels[{i}]"

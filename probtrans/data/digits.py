@@ -25,6 +25,11 @@ def digit_images() -> tuple[np.ndarray, np.ndarray]:
     return (digits.images / 16.0).astype(np.float32), digits.target
 
 
+def held_out_name(held_out: list[int]) -> str:
+    """The name of the out-of-domain set of the held-out classes, e.g. ``digits_8_9``."""
+    return "digits_" + "_".join(map(str, held_out))
+
+
 def load_digits_bundle(spec: DataSpec) -> DataBundle:
     """Train / validation / test of the in-domain classes, and the held-out classes as OOD."""
     images, targets = digit_images()
@@ -59,7 +64,7 @@ def load_digits_bundle(spec: DataSpec) -> DataBundle:
         train=split(train),
         val=split(val),
         test=split(test),
-        ood=ood,
+        ood={held_out_name(held_out): ood},
         class_names=[str(c) for c in kept],
         kind="image",
         image_shape=(1, 8, 8),

@@ -28,13 +28,15 @@ from probtrans.data.text import (
     source_description,
     source_fingerprint,
 )
-from probtrans.data.tokenizer import decoder, encode, encoder, train_tokenizer
+from probtrans.data.tokenizer import encode, train_tokenizer
 from probtrans.errors import ProbtransError
 from probtrans.specs import DataSpec
 
 CACHE_DIR_ENV = "PROBTRANS_CACHE_DIR"
 CACHE_FORMAT = 2  # bump when the cached content changes meaning
 SPLITS = ("train", "val", "test", "ood")
+#: the name of each data set's out-of-domain set
+OOD_NAMES = {"imdb": "cr", "cola": "cola_ood"}
 #: what a cache file holds (:func:`tokenise`)
 PAYLOAD_KEYS = ["tokenizer", "class_names"] + [
     f"{s}_{k}" for s in SPLITS for k in ("ids", "labels")
@@ -96,7 +98,10 @@ def load_text_bundle(spec: DataSpec) -> DataBundle:
 
     return DataBundle(
         name=spec.name,
-        **{name: split(name) for name in SPLITS},
+        train=split("train"),
+        val=split("val"),
+        test=split("test"),
+        ood={OOD_NAMES[spec.name]: split("ood")},
         class_names=list(payload["class_names"]),
         kind="tokens",
         vocab_size=tokenizer.get_vocab_size(),
@@ -109,6 +114,5 @@ def load_text_bundle(spec: DataSpec) -> DataBundle:
             "cache": str(path),
             "from_cache": cached,
         },
-        decode=decoder(tokenizer),
-        encode=encoder(tokenizer),
+        tokenizer=tokenizer,
     )

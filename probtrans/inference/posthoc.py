@@ -1,7 +1,7 @@
 """The posterior predictive of a trained classifier and its post-hoc variants.
 
-From one set of trained weights and S posterior draws of its global sites, on the validation,
-in-domain test and out-of-domain splits:
+From one set of trained weights and S posterior draws of its global sites, on the validation
+and in-domain test splits and every out-of-domain set (:meth:`DataBundle.splits`):
 
 - ``plain``: the posterior predictive of the model and its posterior;
 - ``mc_dropout``: the same with dropout kept on (Gal & Ghahramani 2016), a baseline of both
@@ -22,13 +22,14 @@ import torch
 from torch import Tensor
 
 from probtrans.data import DataBundle
+from probtrans.errors import ProbtransError
 from probtrans.inference.laplace import LastLayerLaplace
 from probtrans.inference.predictive import predict
 from probtrans.model import Classifier
 from probtrans.specs import PredictiveSpec
-from probtrans.summary import SPLITS
 
 Probs = dict[str, dict[str, np.ndarray]]  # variant → split → (S, N, C)
+Energy = dict[str, dict[str, np.ndarray]]  # variant → split → (N,) mean free energy
 
 
 def posterior_predictives(
@@ -39,12 +40,13 @@ def posterior_predictives(
     samples: int,
     device: str = "cpu",
     progress: bool = False,
-) -> tuple[Probs, dict[str, dict[str, np.ndarray]]]:
-    """Class probabilities of the ``plain`` predictive and of ``spec.posthoc``'s variants, and
-    every site of the plain predictive per split (for the InferenceData), from the S posterior
-    ``draws`` of the global sites (the same draws on every split)."""
+) -> tuple[Probs, Energy, dict[str, dict[str, np.ndarray]]]:
+    """Class probabilities of the ``plain`` predictive and of ``spec.posthoc``'s variants, the
+    free energy of the variants with logits (all but ``laplace``; the mean over samples of
+    −log Σ_c exp f_c), and every site of the plain predictive per split (for the InferenceData),
+    from the S posterior ``draws`` of the global sites (the same draws on every split)."""
     laplace = "laplace" in spec.posthoc
-    splits = {split: getattr(data, split) for split in SPLITS}
+    splits = data.splits()
 
     def on(split: str, **options: Any) -> dict[str, np.ndarray]:
         return predict(
@@ -59,14 +61,18 @@ def posterior_predictives(
             **options,
         )
 
-    plain = {split: on(split, extra_sites=("features",) if laplace else ()) for split in SPLITS}
-    probs = {"plain": {split: out["probs"] for split, out in plain.items()}}
+    outputs = {"plain": {split: on(split, extra_sites=("features",) * laplace) for split in splits}}
     if "mc_dropout" in spec.posthoc:
-        probs["mc_dropout"] = {split: on(split, mc_dropout=True)["probs"] for split in SPLITS}
+        outputs["mc_dropout"] = {split: on(split, mc_dropout=True) for split in splits}
+    probs = {v: {split: out["probs"] for split, out in by.items()} for v, by in outputs.items()}
+    energy = {
+        v: {split: out["energy"].mean(0) for split, out in by.items()} for v, by in outputs.items()
+    }
+    plain = outputs["plain"]
     if laplace:
         features = {split: out.pop("features") for split, out in plain.items()}
         probs["laplace"] = last_layer_laplace(classifier, data, spec, draws, features)
-    return probs, plain
+    return probs, energy, plain
 
 
 def last_layer_laplace(
@@ -77,6 +83,12 @@ def last_layer_laplace(
     features: dict[str, np.ndarray],
 ) -> dict[str, np.ndarray]:
     """Last-layer Laplace predictive from the plain predictive's feature draws (S, N, D)."""
+    if len(data.train) == 0:
+        raise ProbtransError(
+            f"{data.name}: no training split to fit the last-layer Laplace on (a run folder "
+            f"keeps it only when its inference spec asks for the Laplace); load the run with "
+            f"its data: Run.load(path, data=...)"
+        )
     train = predict(
         classifier,
         None,

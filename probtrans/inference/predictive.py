@@ -81,11 +81,11 @@ def predict(
     ``mc_dropout=True`` keeps dropout on (MC dropout, Gal & Ghahramani 2016) and nothing else of
     training mode. ``progress=True`` shows a bar over the batches.
 
-    Returns ``probs`` (S, N, C), ``obs`` (S, N), the ``extra_sites`` (e.g. ``features``) and, with
-    ``attention=True``, every attention site (S, N, H, L, ·).
+    Returns ``probs`` (S, N, C), ``obs`` (S, N), ``energy`` (S, N), the ``extra_sites`` (e.g.
+    ``features``) and, with ``attention=True``, every attention site (S, N, H, L, ·).
     """
     local_sites = attention_sites(classifier)
-    sites = ["probs", "obs", *extra_sites, *(local_sites if attention else [])]
+    sites = ["probs", "obs", "energy", *extra_sites, *(local_sites if attention else [])]
     if len(split) == 0:  # e.g. a data set without out-of-domain examples
         n_classes = classifier.head.out_features
         return {
@@ -143,13 +143,14 @@ def inference_data(
     test: dict[str, np.ndarray],
     labels: np.ndarray,
     class_names: Sequence[str],
-    ood: dict[str, np.ndarray] | None = None,
+    ood: dict[str, dict[str, np.ndarray]] | None = None,
 ) -> az.InferenceData:
     """ArviZ InferenceData of a posterior predictive (one chain of S draws).
 
-    Groups: ``posterior_predictive`` (``y`` sampled labels, ``probs`` class probabilities),
-    ``log_likelihood`` (``y``: log p(y_n | draw s)), ``observed_data`` (``y``) and, when
-    out-of-domain draws are given, ``predictions`` (``y_ood``, ``probs_ood``).
+    Groups: ``posterior_predictive`` (``y`` sampled labels, ``probs`` class probabilities, and
+    the other sites drawn, e.g. ``energy``), ``log_likelihood`` (``y``: log p(y_n | draw s)),
+    ``observed_data`` (``y``) and, for each out-of-domain set NAME in ``ood``, ``predictions``
+    (``y_NAME``, ``probs_NAME`` over the dimension ``example_NAME``).
     """
     probs = test["probs"]  # (S, N, C)
     log_lik = np.log(
@@ -161,16 +162,18 @@ def inference_data(
     for name, value in test.items():
         if name not in ("probs", "obs"):
             posterior_predictive[name] = value[None]
+            dims.setdefault(name, ["example", *[f"{name}_dim_{i}" for i in range(value.ndim - 2)]])
     kwargs = {}
-    if ood is not None:
-        kwargs = {
-            "predictions": {"y_ood": ood["obs"][None], "probs_ood": ood["probs"][None]},
-            "pred_dims": {"y_ood": ["example_ood"], "probs_ood": ["example_ood", "class"]},
-            "pred_coords": {
-                "example_ood": np.arange(ood["obs"].shape[1]),
-                "class": list(class_names),
-            },
-        }
+    if ood:
+        predictions, pred_dims, pred_coords = {}, {}, {"class": list(class_names)}
+        for name, sites in ood.items():
+            example = f"example_{name}"
+            predictions[f"y_{name}"] = sites["obs"][None]
+            predictions[f"probs_{name}"] = sites["probs"][None]
+            pred_dims[f"y_{name}"] = [example]
+            pred_dims[f"probs_{name}"] = [example, "class"]
+            pred_coords[example] = np.arange(sites["obs"].shape[1])
+        kwargs = {"predictions": predictions, "pred_dims": pred_dims, "pred_coords": pred_coords}
     idata = az.from_dict(
         posterior_predictive=posterior_predictive,
         log_likelihood={"y": log_lik[None]},

@@ -41,7 +41,10 @@ class Comparison(SpecFile):
     title: str = "comparison"
     seeds: list[Seed] = Field([0], min_length=1)
     id_metric: Literal["accuracy", "mcc"] = "accuracy"
-    """In-domain metric of the table (and of a labelled out-of-domain split)."""
+    """In-domain metric of the table (and of each labelled out-of-domain set)."""
+    ood_score: str = "entropy"
+    """The uncertainty score of the out-of-domain columns: msp, entropy, expected_entropy,
+    mutual_information, std_top or energy (``probtrans.metrics.UNCERTAINTY_SCORES``)."""
     epochs: PositiveInt | None = None
     """Override every inference spec's ``train.epochs``."""
     method: list[Method] = Field([], min_length=1)

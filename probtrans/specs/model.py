@@ -20,13 +20,62 @@ from probtrans.specs.base import (
 )
 
 SplitFraction = Annotated[float, Field(gt=0, lt=0.5)]
+#: the name of an out-of-domain set: it keys ``metrics.json`` and the columns of tables
+SET_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.+-]*"
+SetName = Annotated[str, Field(pattern=f"^{SET_NAME_PATTERN}$", max_length=64)]
+#: ``[data] name`` of a data set read from the spec's own files (``train`` and the rest)
+FILES = "files"
+
+
+class OodSetSpec(Spec):
+    """``[[data.ood]]``: a named out-of-domain set, scored against the in-domain test split."""
+
+    name: SetName
+    source: str = Field(min_length=1)
+    """A file (CSV, TSV, JSON Lines, Parquet; ``.npz`` for images), ``hf:ID[:CONFIG][@SPLIT]``
+    (default split ``test``), or ``digits-c:CORRUPTION:SEVERITY`` (the digits test split
+    corrupted, :mod:`probtrans.data.corruptions`). Relative paths start at the spec's folder."""
+    text_column: str | None = None
+    """Default: ``data.text_column``."""
+    image_column: str | None = None
+    """Default: ``data.image_column``."""
+    label_column: str | None = None
+    """Default: ``data.label_column``; its labels are used when the column exists (they must
+    be classes of the task), ``""`` ignores labels."""
 
 
 class DataSpec(Spec):
-    """``[data]``: which data set and how it is split (:mod:`probtrans.data`)."""
+    """``[data]``: which data set and how it is split (:mod:`probtrans.data`).
+
+    A registered data set (``name``), or your own files: ``kind`` and ``train`` (with optional
+    ``validation`` and ``test``), read by :mod:`probtrans.data.files`."""
 
     name: str = "digits"
-    """A data source registered in ``probtrans.data.sources.DATA_SOURCES``."""
+    """A data source registered in ``probtrans.data.sources.DATA_SOURCES``; ``"files"`` (set
+    by giving ``train``) reads the files below."""
+    kind: Literal["text", "image"] | None = None
+    """Your files: texts or images (required with ``train``)."""
+    train: str | None = None
+    """Your files: a CSV, TSV, JSON Lines (.jsonl, .jsonl.gz) or Parquet file of texts, an
+    ``.npz`` of images (``x`` (N, H, W) or (N, C, H, W), ``y``), or ``hf:ID[:CONFIG][@SPLIT]``
+    (a Hugging Face data set, or a folder written by its ``save_to_disk``). Relative paths start
+    at the spec's folder."""
+    validation: str | None = None
+    """Your files: else ``val_fraction`` of ``train`` (stratified, seeded by ``split_seed``)."""
+    test: str | None = None
+    """Your files: else ``test_fraction`` of ``train`` (stratified, seeded by ``split_seed``)."""
+    text_column: str = Field("text", min_length=1)
+    image_column: str = Field("image", min_length=1)
+    label_column: str = Field("label", min_length=1)
+    labels: list[str] | list[int] | None = None
+    """Your files: the classes in order (the label values; or, for labels 0..C−1, their names).
+    Default: string labels sorted, integer labels 0..C−1 (names from the data set if it has
+    them)."""
+    normalize: bool = True
+    """Your images: standardise each channel with the training split's mean and standard
+    deviation (after scaling 8-bit pixels to [0, 1])."""
+    ood: list[OodSetSpec] = []
+    """Named out-of-domain sets, each scored against the in-domain test split."""
     split_seed: Seed = 0
     patch_size: PositiveInt = 2
     """Images: patches of patch_size × patch_size pixels are the tokens."""
@@ -42,6 +91,26 @@ class DataSpec(Spec):
     """Text: words seen fewer times in training map to the unknown id."""
     max_len: PositiveInt = 512
     """Text: tokens kept per text (at most ``model.max_positions``)."""
+
+    @model_validator(mode="after")
+    def _source(self) -> DataSpec:
+        files = ("kind", "train", "validation", "test", "labels")
+        given = [f for f in files if getattr(self, f) is not None]
+        if self.train is not None:
+            if "name" in self.model_fields_set and self.name != FILES:
+                raise rule("name", self.name, "give a registered data set or train, not both")
+            if self.kind is None:
+                raise rule("kind", None, "is required with data.train: 'text' or 'image'")
+            self.name = FILES
+        elif given or self.name == FILES:
+            raise rule(
+                "train", None, f"is required with data.{given[0] if given else 'name = files'}"
+            )
+        names = [s.name for s in self.ood]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise rule("ood", repeated, "names each set once")
+        return self
 
 
 class PriorSpec(Spec):

@@ -1,0 +1,132 @@
+"""A data set saved in a run folder, so that the run is evaluated and asked about new inputs
+with the folder alone: after the training files and the cache are gone, on another machine.
+
+Files (:data:`DATA_FILES`):
+    data.json       what the data are: kind, class names, image shape, vocabulary size, image
+                    scaling, the splits and out-of-domain sets with their sizes, the description
+    tokenizer.json  text data: the tokenizer learned on the training split (Hugging Face
+                    ``tokenizers``' own format: ``Tokenizer.from_file`` reads it)
+    data.pt         the splits the run is evaluated on (validation, test, every out-of-domain
+                    set) and, when asked (a post-hoc Laplace is fitted on it), the training split:
+                    token ids stored without padding, images as float32; a tensors-only checkpoint
+
+Loading rebuilds tensors equal to the ones saved, padding included, so a run evaluates to the
+same numbers from its folder as from its data files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+
+from probtrans.checkpoint import load_checkpoint, require, save_checkpoint
+from probtrans.data.bundle import DataBundle, DataSplit, ImageScaling
+from probtrans.errors import ProbtransError
+from probtrans.io import read_json, write_json, write_text
+from probtrans.summary import OOD_PREFIX, is_ood_split
+
+DATA_FILES = ("data.json", "data.pt", "tokenizer.json")
+FORMAT = 1
+
+
+def save_bundle(folder: Path, bundle: DataBundle, with_train: bool = False) -> None:
+    """Write ``bundle`` into the run folder ``folder`` (the files of the module docstring)."""
+    splits = bundle.splits() | ({"train": bundle.train} if with_train else {})
+    save_checkpoint(folder / "data.pt", {name: _pack(split) for name, split in splits.items()})
+    if bundle.tokenizer is not None:
+        write_text(folder / "tokenizer.json", bundle.tokenizer.to_str(pretty=True))
+    scaling = bundle.scaling
+    write_json(
+        folder / "data.json",
+        {
+            "format": FORMAT,
+            "name": bundle.name,
+            "kind": bundle.kind,
+            "class_names": bundle.class_names,
+            "image_shape": list(bundle.image_shape) if bundle.image_shape else None,
+            "vocab_size": bundle.vocab_size,
+            "tokenizer": bundle.tokenizer is not None,  # token ids given as such have none
+            "scaling": {"scale": scaling.scale, "mean": scaling.mean, "std": scaling.std},
+            "sizes": {name: len(split) for name, split in splits.items()},
+            "train_saved": with_train,
+            "description": bundle.description,
+        },
+    )
+
+
+def load_saved_bundle(folder: Path) -> DataBundle | None:
+    """The data set saved in run folder ``folder``, or None if it has none (a run written
+    before runs kept their data). Without a saved training split, ``train`` is empty."""
+    info_path = folder / "data.json"
+    if not info_path.is_file():
+        return None
+    info = read_json(info_path)
+    path = folder / "data.pt"
+    packed = require(load_checkpoint(path), path, ["val", "test"])
+    tokenizer = None
+    if info["tokenizer"]:
+        tokenizer_path = folder / "tokenizer.json"
+        if not tokenizer_path.is_file():
+            raise ProbtransError(f"{tokenizer_path}: no such file (the run's tokenizer)")
+        tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    splits = {name: _unpack(value) for name, value in packed.items() if isinstance(value, dict)}
+    if "train" not in splits:  # kept only where needed: an empty split of the same kind
+        splits["train"] = _empty_like(splits["val"])
+    scaling = info["scaling"]
+    return DataBundle(
+        name=info["name"],
+        train=splits["train"],
+        val=splits["val"],
+        test=splits["test"],
+        ood={n.removeprefix(OOD_PREFIX): s for n, s in splits.items() if is_ood_split(n)},
+        class_names=list(info["class_names"]),
+        kind=info["kind"],
+        image_shape=tuple(info["image_shape"]) if info["image_shape"] else None,
+        vocab_size=info["vocab_size"],
+        description=info["description"],
+        tokenizer=tokenizer,
+        scaling=ImageScaling(
+            scaling["scale"],
+            tuple(scaling["mean"]) if scaling["mean"] else None,
+            tuple(scaling["std"]) if scaling["std"] else None,
+        ),
+    )
+
+
+def _pack(split: DataSplit) -> dict[str, torch.Tensor]:
+    if split.mask is None:  # images
+        return {"inputs": split.inputs, "labels": split.labels}
+    lengths = split.mask.sum(1)
+    dtype = torch.int16 if len(split) == 0 or int(split.inputs.max()) < 2**15 else torch.int32
+    if not torch.equal(split.mask, _leading(lengths, split.inputs.shape[1])):  # inner padding
+        return {"dense_ids": split.inputs.to(dtype), "labels": split.labels}
+    return {
+        "ids": split.inputs[split.mask].to(dtype),  # every row's tokens, without padding
+        "lengths": lengths,
+        "width": torch.tensor(split.inputs.shape[1]),
+        "labels": split.labels,
+    }
+
+
+def _unpack(packed: dict[str, torch.Tensor]) -> DataSplit:
+    if "inputs" in packed:
+        return DataSplit(packed["inputs"], packed["labels"])
+    if "dense_ids" in packed:
+        ids = packed["dense_ids"].long()
+        return DataSplit(ids, packed["labels"], ids != 0)
+    mask = _leading(packed["lengths"], int(packed["width"]))
+    ids = torch.zeros(mask.shape, dtype=torch.long)
+    ids[mask] = packed["ids"].long()
+    return DataSplit(ids, packed["labels"], mask)
+
+
+def _leading(lengths: torch.Tensor, width: int) -> torch.Tensor:
+    """The mask (N, width) of rows whose ``lengths`` tokens come first, then padding."""
+    return torch.arange(width)[None, :] < lengths[:, None]
+
+
+def _empty_like(split: DataSplit) -> DataSplit:
+    mask = None if split.mask is None else split.mask[:0]
+    return DataSplit(split.inputs[:0], split.labels[:0], mask)

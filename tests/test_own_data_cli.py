@@ -1,0 +1,201 @@
+"""Your own text files from fit to predict and evaluate on the command line, and a run folder
+that answers with nothing else: its data files, the data folder and the cache gone."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+from probtrans import metrics
+from probtrans.cli import main
+from tests.conftest import ROOT
+
+POSITIVE = ["good", "great", "fine", "lovely", "superb"]
+NEGATIVE = ["bad", "awful", "poor", "dull", "broken"]
+FILLER = ["the", "movie", "plot", "was", "really", "quite", "acting", "and", "story", "very"]
+
+
+def sentences(n: int, seed: int) -> list[tuple[str, str]]:
+    """n (text, label) rows: a few filler words around one or two words of the label's list."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        label = "pos" if i % 2 else "neg"
+        words = list(rng.choice(FILLER, size=4)) + list(
+            rng.choice(POSITIVE if label == "pos" else NEGATIVE, size=2)
+        )
+        rng.shuffle(words)
+        rows.append((" ".join(words), label))
+    return rows
+
+
+def write_tsv(path, rows, header=("text", "label")) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["\t".join(header)] + ["\t".join(row) for row in rows]
+    path.write_text("\n".join(lines) + "\n")
+
+
+MODEL = """
+[data]
+kind = "text"
+train = "data/train.tsv"
+validation = "data/dev.tsv"
+labels = ["neg", "pos"]
+max_len = 16
+
+[[data.ood]]
+name = "questions"
+source = "data/questions.jsonl"
+
+[model]
+d_model = 16
+n_heads = 2
+n_layers = 1
+d_ff = 32
+dropout = 0.0
+max_positions = 16
+
+[model.attention]
+kind = "h_sto"
+n_centroids = 3
+
+[model.prior]
+weights = "last_layer"
+"""
+
+INFERENCE = (
+    (ROOT / "inference" / "map.toml").read_text().split("[train]")[0]
+    + """
+[train]
+epochs = 3
+batch_size = 16
+val_samples = 2
+
+[predictive]
+samples = 4
+"""
+)
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A spec folder with its data files, inputs to predict elsewhere, and a fitted run."""
+    spec_dir = tmp_path / "project"
+    write_tsv(spec_dir / "data" / "train.tsv", sentences(80, 0))
+    write_tsv(spec_dir / "data" / "dev.tsv", sentences(20, 1))
+    questions = ["why is the sky blue", "where do birds go", "how old is the moon"]
+    (spec_dir / "data" / "questions.jsonl").write_text(
+        "".join(json.dumps({"text": q}) + "\n" for q in questions)
+    )
+    (spec_dir / "model.toml").write_text(MODEL)
+    (spec_dir / "inference.toml").write_text(INFERENCE)
+    inputs = tmp_path / "inputs"
+    write_tsv(inputs / "reviews.tsv", sentences(10, 2))
+    (inputs / "a.csv").write_text("text\nis it raining\nwhat time is it\nwho wrote this\n")
+    (inputs / "b.jsonl").write_text(
+        "".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in sentences(6, 3))
+    )
+    run = tmp_path / "run"
+    model, inference = spec_dir / "model.toml", spec_dir / "inference.toml"
+    assert (
+        main(["fit", str(model), "--inference", str(inference), "--out", str(run), "--quiet"]) == 0
+    )
+    return spec_dir, inputs, run
+
+
+def read_csv(path) -> list[dict[str, str]]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_fit_predict_and_evaluate_on_your_own_text_files(project, capsys, tmp_path, monkeypatch):
+    spec_dir, inputs, run = project
+    monkeypatch.chdir(tmp_path)  # the spec's paths are its folder's, not the working folder's
+    written = json.loads((run / "metrics.json").read_text())
+    assert set(written["ood"]) == {"questions"} and written["ood"]["questions"]["n"] == 3
+    assert (run / "tokenizer.json").is_file() and (run / "data.json").is_file()
+
+    out = tmp_path / "predictions.csv"
+    capsys.readouterr()
+    assert main(["predict", str(run), str(inputs / "reviews.tsv"), "--out", str(out)]) == 0
+    rows = read_csv(out)
+    assert len(rows) == 10
+    assert list(rows[0]) == [
+        "predicted",
+        "p_neg",
+        "p_pos",
+        "entropy",
+        "expected_entropy",
+        "mutual_information",
+        "std_top",
+        "entropy_percentile",
+        "label",
+    ]
+    truth = [label for _, label in sentences(10, 2)]
+    assert [row["label"] for row in rows] == truth
+    for row in rows:
+        p = np.array([float(row["p_neg"]), float(row["p_pos"])])
+        assert p.sum() == pytest.approx(1.0, abs=1e-6)
+        assert row["predicted"] == ["neg", "pos"][int(p.argmax())]
+        assert float(row["entropy"]) == pytest.approx(float(metrics._entropy(p)), abs=1e-6)
+        assert 0.0 <= float(row["entropy_percentile"]) <= 100.0
+
+    capsys.readouterr()
+    a, b = str(inputs / "a.csv"), str(inputs / "b.jsonl")
+    assert main(["evaluate", str(run), "--ood", f"a={a}", "--ood", f"b={b}", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    scores = json.loads((run / "metrics.json").read_text())
+    assert set(scores["ood"]) == {"questions", "a", "b"}
+    for name in ("questions", "a", "b"):
+        for score in metrics.UNCERTAINTY_SCORES:
+            result = scores["ood"][name][score]
+            assert set(result) == {"auroc", "aupr", "fpr95"}
+            assert all(0.0 <= v <= 1.0 for v in result.values())
+        for measure in ("auroc", "aupr", "fpr95"):
+            row = next(line for line in printed.splitlines() if line.split()[:2] == [name, measure])
+            assert len(row.split()) == 2 + len(metrics.UNCERTAINTY_SCORES)
+    assert scores["ood"]["b"]["n"] == 6 and "accuracy" in scores["ood"]["b"]  # b has labels
+    assert "accuracy" not in scores["ood"]["a"]
+    assert "b (labelled, n = 6): accuracy" in printed
+
+    capsys.readouterr()  # a bad set name, a bad source: one error line, exit 2, nothing changed
+    before = (run / "metrics.json").read_bytes()
+    assert main(["evaluate", str(run), "--ood", "no name"]) == 2
+    assert main(["evaluate", str(run), "--ood", f"c={inputs / 'missing.tsv'}"]) == 2
+    errors = capsys.readouterr().err.splitlines()
+    assert len(errors) == 2 and "NAME=SOURCE" in errors[0] and "missing.tsv" in errors[1]
+    assert (run / "metrics.json").read_bytes() == before
+
+
+def test_a_copied_run_answers_without_its_data_or_cache(project, tmp_path, monkeypatch, capsys):
+    spec_dir, inputs, run = project
+    reviews = str(inputs / "reviews.tsv")
+    original = tmp_path / "original.jsonl"
+    assert main(["predict", str(run), reviews, "--out", str(original), "--quiet"]) == 0
+
+    elsewhere = tmp_path / "elsewhere" / "run"
+    shutil.copytree(run, elsewhere)
+    shutil.rmtree(spec_dir / "data")  # the training files are gone
+    monkeypatch.delenv("PROBTRANS_DATA_DIR", raising=False)
+    monkeypatch.setenv("PROBTRANS_CACHE_DIR", str(tmp_path / "empty-cache"))
+    copied = tmp_path / "copied.jsonl"
+    assert main(["predict", str(elsewhere), reviews, "--out", str(copied), "--quiet"]) == 0
+    assert copied.read_text() == original.read_text()  # the same probabilities, to the digit
+
+    metrics_before = json.loads((elsewhere / "metrics.json").read_text())
+    assert main(["evaluate", str(elsewhere), "--quiet"]) == 0
+    again = json.loads((elsewhere / "metrics.json").read_text())
+    assert again["accuracy"] == metrics_before["accuracy"]
+    assert again["ood"] == metrics_before["ood"]
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("a really good movie\n\nan awful plot\n"))
+    capsys.readouterr()
+    assert main(["predict", str(elsewhere), "-", "--quiet"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:3] == ["predicted", "p_neg", "p_pos"] and len(table) == 3
