@@ -667,10 +667,11 @@ def evaluate_run(
 ) -> dict[str, Any]:
     """Reload a run folder, re-evaluate it and rewrite its metrics, predictive and report; the
     :class:`RunInfo` that ``fit`` wrote and its training time are kept. ``ood``: more named
-    out-of-domain sets (relative paths start at the working folder), kept in the run's data."""
+    out-of-domain sets (relative paths start at the working folder), kept in the run's data; a
+    set of a name the run has replaces that one."""
     seed = check_seed(seed)
     run = load_run(run_dir, device)
-    add_ood_sets(run.data, list(ood), run.model_spec.data)
+    add_ood_sets(run.data, list(ood), run.model_spec.data, replace=True)
     metrics_file = run.path / "metrics.json"
     previous = read_json(metrics_file) if metrics_file.is_file() else {}
     timing = read_timing(run.path)

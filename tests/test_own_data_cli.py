@@ -163,6 +163,9 @@ def test_fit_predict_and_evaluate_on_your_own_text_files(project, capsys, tmp_pa
     assert scores["ood"]["b"]["n"] == 6 and "accuracy" in scores["ood"]["b"]  # b has labels
     assert "accuracy" not in scores["ood"]["a"]
     assert "b (labelled, n = 6): accuracy" in printed
+    again = str(inputs / "b.jsonl")  # the same name again replaces the set: the same numbers
+    assert main(["evaluate", str(run), "--ood", f"b={again}", "--quiet"]) == 0
+    assert json.loads((run / "metrics.json").read_text())["ood"] == scores["ood"]
 
     capsys.readouterr()  # a bad set name, a bad source: one error line, exit 2, nothing changed
     before = (run / "metrics.json").read_bytes()

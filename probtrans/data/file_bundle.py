@@ -91,12 +91,16 @@ def load_file_bundle(spec: DataSpec, base: Path | None = None) -> DataBundle:
 
 
 def add_ood_sets(
-    bundle: DataBundle, sets: list[OodSetSpec], spec: DataSpec, base: Path | None = None
+    bundle: DataBundle,
+    sets: list[OodSetSpec],
+    spec: DataSpec,
+    base: Path | None = None,
+    replace: bool = False,
 ) -> DataBundle:
     """``bundle`` with each of ``sets`` added to its out-of-domain sets (relative paths start at
-    ``base``); a name it already has is refused."""
+    ``base``); a name it already has is refused, or with ``replace`` its set is replaced."""
     for ood in sets:
-        if ood.name in bundle.ood:
+        if ood.name in bundle.ood and not replace:
             raise ProbtransError(f"data.ood: the name {ood.name!r} is taken; choose another")
         bundle.ood[ood.name] = load_ood_set(ood, bundle, spec, base)
     return bundle
