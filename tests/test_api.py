@@ -208,7 +208,7 @@ def test_predict_on_new_images(map_softmax_run):
     assert list(columns)[:2] == ["predicted", "p_0"] and len(columns["entropy"]) == 5
     probs = np.stack([columns[f"p_{name}"] for name in run.data.class_names], -1)
     np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
-    with pytest.raises(ProbtransError, match=r"this run takes images of shape \(N, 1, 8, 8\)"):
+    with pytest.raises(ProbtransError, match=r"this data set's images are \(N, 1, 8, 8\)"):
         run.predict(torch.zeros(2, 3, 8, 8))
 
 
