@@ -21,6 +21,7 @@ import pyro
 import pytest
 import torch
 
+from probtrans.checkpoint import load_checkpoint
 from probtrans.data import NO_LABEL, DataBundle, DataSplit, load_data
 from probtrans.data.corruptions import corrupt
 from probtrans.data.saved import load_saved_bundle, save_bundle
@@ -614,6 +615,10 @@ def test_an_image_bundle_round_trips_with_its_scaling(tmp_path):
         assert_same_split(getattr(loaded, split), getattr(bundle, split))
     assert_same_split(loaded.ood["noise"], bundle.ood["noise"])
     assert torch.equal(loaded.encode(arrays["ood"])[0], bundle.ood["noise"].inputs)
+    packed = load_checkpoint(tmp_path / "run" / "data.pt")  # 8-bit pixels kept as such
+    assert packed["test"]["pixels"].dtype == torch.uint8 and "inputs" not in packed["test"]
+    raw_test = packed["test"]["pixels"].numpy()
+    assert torch.equal(bundle.encode(raw_test)[0], bundle.test.inputs)
 
 
 INNER_PADDING = torch.tensor([[5, 0, 3], [2, 2, 0], [7, 0, 0], [0, 4, 4], [1, 2, 3], [3, 0, 9]])

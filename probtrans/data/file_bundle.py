@@ -13,7 +13,6 @@ standard deviation. Out-of-domain sets are prepared with the same tokenizer or s
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import torch
 from probtrans.data.bundle import NO_LABEL, DataBundle, DataSplit, ImageScaling, class_indices
 from probtrans.data.corruptions import corrupt, parse_corruption
 from probtrans.data.files import Rows, parse_source, read_images, read_texts
+from probtrans.data.saved import EIGHT_BIT
 from probtrans.errors import ProbtransError
 from probtrans.specs import DataSpec
 from probtrans.specs.model import OodSetSpec
@@ -156,28 +156,18 @@ def label_indices(rows: Rows, bundle: DataBundle, spec: DataSpec, what: str) -> 
     if rows.labels is None:
         return torch.full((len(rows),), NO_LABEL, dtype=torch.long)
     names = bundle.class_names
-    by_value = spec.labels is not None and all(isinstance(v, int) for v in spec.labels)
-    index: Callable[[Any], int | None]
-    if by_value:
-        order = list(spec.labels or [])
-        index = lambda v: order.index(v) if v in order else None  # noqa: E731
+    if spec.labels is not None and all(isinstance(v, int) for v in spec.labels):
+        index = {value: c for c, value in enumerate(spec.labels)}  # integer label values
     else:
-        index = lambda v: (  # noqa: E731
-            names.index(v)
-            if isinstance(v, str) and v in names
-            else v
-            if isinstance(v, int) and 0 <= v < len(names)
-            else None
-        )
+        index = {name: c for c, name in enumerate(names)} | {c: c for c in range(len(names))}
     classes = []
     for i, value in enumerate(rows.labels):
-        c = index(value)
-        if c is None:
+        if value not in index or isinstance(value, bool):
             raise ProbtransError(
                 f"{rows.where(i)}: label {value!r} is not one of the classes {names} of the "
                 f"task ({what}; without its label column, its labels are ignored)"
             )
-        classes.append(c)
+        classes.append(index[value])
     return torch.tensor(classes, dtype=torch.long)
 
 
@@ -194,7 +184,7 @@ def _corrupted_digits(ood: OodSetSpec, bundle: DataBundle, spec: DataSpec) -> Da
 
 def _pixel_scale(pixels: np.ndarray) -> float:
     """1/255 for integer (8-bit) pixels, 1 for floats."""
-    return 1.0 / 255.0 if np.issubdtype(np.asarray(pixels).dtype, np.integer) else 1.0
+    return EIGHT_BIT if np.issubdtype(np.asarray(pixels).dtype, np.integer) else 1.0
 
 
 def _standardise(bundle: DataBundle, scale: float) -> None:

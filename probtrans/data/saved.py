@@ -8,7 +8,9 @@ Files (:data:`DATA_FILES`):
                     ``tokenizers``' own format: ``Tokenizer.from_file`` reads it)
     data.pt         the splits the run is evaluated on (validation, test, every out-of-domain
                     set) and, when asked (a post-hoc Laplace is fitted on it), the training split:
-                    token ids stored without padding, images as float32; a tensors-only checkpoint
+                    token ids stored without padding, images as their 8-bit pixels where they
+                    came from 8-bit pixels (a quarter of float32), else as float32; a
+                    tensors-only checkpoint
 
 Loading rebuilds tensors equal to the ones saved, padding included, so a run evaluates to the
 same numbers from its folder as from its data files.
@@ -29,12 +31,14 @@ from probtrans.summary import OOD_PREFIX, is_ood_split
 
 DATA_FILES = ("data.json", "data.pt", "tokenizer.json")
 FORMAT = 1
+EIGHT_BIT = 1.0 / 255.0  # the scale of 8-bit pixels (:mod:`probtrans.data.file_bundle`)
 
 
 def save_bundle(folder: Path, bundle: DataBundle, with_train: bool = False) -> None:
     """Write ``bundle`` into the run folder ``folder`` (the files of the module docstring)."""
     splits = bundle.splits() | ({"train": bundle.train} if with_train else {})
-    save_checkpoint(folder / "data.pt", {name: _pack(split) for name, split in splits.items()})
+    packed = {name: _pack(split, bundle.scaling) for name, split in splits.items()}
+    save_checkpoint(folder / "data.pt", packed)
     if bundle.tokenizer is not None:
         write_text(folder / "tokenizer.json", bundle.tokenizer.to_str(pretty=True))
     scaling = bundle.scaling
@@ -65,16 +69,22 @@ def load_saved_bundle(folder: Path) -> DataBundle | None:
     info = read_json(info_path)
     path = folder / "data.pt"
     packed = require(load_checkpoint(path), path, ["val", "test"])
+    scaling = ImageScaling(
+        info["scaling"]["scale"],
+        tuple(info["scaling"]["mean"]) if info["scaling"]["mean"] else None,
+        tuple(info["scaling"]["std"]) if info["scaling"]["std"] else None,
+    )
     tokenizer = None
     if info["tokenizer"]:
         tokenizer_path = folder / "tokenizer.json"
         if not tokenizer_path.is_file():
             raise ProbtransError(f"{tokenizer_path}: no such file (the run's tokenizer)")
         tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    splits = {name: _unpack(value) for name, value in packed.items() if isinstance(value, dict)}
+    splits = {
+        name: _unpack(value, scaling) for name, value in packed.items() if isinstance(value, dict)
+    }
     if "train" not in splits:  # kept only where needed: an empty split of the same kind
         splits["train"] = _empty_like(splits["val"])
-    scaling = info["scaling"]
     return DataBundle(
         name=info["name"],
         train=splits["train"],
@@ -87,16 +97,16 @@ def load_saved_bundle(folder: Path) -> DataBundle | None:
         vocab_size=info["vocab_size"],
         description=info["description"],
         tokenizer=tokenizer,
-        scaling=ImageScaling(
-            scaling["scale"],
-            tuple(scaling["mean"]) if scaling["mean"] else None,
-            tuple(scaling["std"]) if scaling["std"] else None,
-        ),
+        scaling=scaling,
     )
 
 
-def _pack(split: DataSplit) -> dict[str, torch.Tensor]:
-    if split.mask is None:  # images
+def _pack(split: DataSplit, scaling: ImageScaling) -> dict[str, torch.Tensor]:
+    if split.mask is None:  # images: their 8-bit pixels where scaling them gives them back
+        if scaling.scale == EIGHT_BIT and len(split):
+            pixels = _pixels(split.inputs, scaling)
+            if torch.equal(scaling(pixels), split.inputs):
+                return {"pixels": pixels, "labels": split.labels}
         return {"inputs": split.inputs, "labels": split.labels}
     lengths = split.mask.sum(1)
     dtype = torch.int16 if len(split) == 0 or int(split.inputs.max()) < 2**15 else torch.int32
@@ -110,7 +120,9 @@ def _pack(split: DataSplit) -> dict[str, torch.Tensor]:
     }
 
 
-def _unpack(packed: dict[str, torch.Tensor]) -> DataSplit:
+def _unpack(packed: dict[str, torch.Tensor], scaling: ImageScaling) -> DataSplit:
+    if "pixels" in packed:
+        return DataSplit(scaling(packed["pixels"]), packed["labels"])
     if "inputs" in packed:
         return DataSplit(packed["inputs"], packed["labels"])
     if "dense_ids" in packed:
@@ -120,6 +132,15 @@ def _unpack(packed: dict[str, torch.Tensor]) -> DataSplit:
     ids = torch.zeros(mask.shape, dtype=torch.long)
     ids[mask] = packed["ids"].long()
     return DataSplit(ids, packed["labels"], mask)
+
+
+def _pixels(inputs: torch.Tensor, scaling: ImageScaling) -> torch.Tensor:
+    """The 8-bit pixels (N, C, H, W) that ``scaling`` maps to (about) ``inputs``."""
+    x = inputs
+    if scaling.mean is not None and scaling.std is not None:
+        mean = torch.tensor(scaling.mean)[:, None, None]
+        x = x * torch.tensor(scaling.std)[:, None, None] + mean
+    return (x / scaling.scale).round().clamp(0, 255).to(torch.uint8)
 
 
 def _leading(lengths: torch.Tensor, width: int) -> torch.Tensor:
