@@ -80,6 +80,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.samples is not None and args.samples <= 0:
         raise ProbtransError(f"--samples {args.samples}: must be > 0")
     sets = [ood_option(text) for text in args.ood]
+    names = [name for name, _ in sets]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ProbtransError(f"--ood: the name {repeated[0]!r} is given twice")
     ood = [
         parse(OodSetSpec, {"name": name, "source": source}, f"--ood {name}={source}")
         for name, source in sets
@@ -111,6 +115,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else None
     if out is not None and out.suffix.lower() not in OUTPUT_FORMATS:
         raise ProbtransError(f"--out {out}: must end in {', '.join(OUTPUT_FORMATS)}")
+    if out is not None and local and out.resolve() == Path(args.input).resolve():
+        raise ProbtransError(f"--out {out}: is the input; write the predictions elsewhere")
     run = load_run(args.run_dir, args.device)
     spec = run.model_spec.data
     rows = read_inputs(
@@ -121,8 +127,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
         label_column=spec.label_column,
     )
     labels = label_indices(rows, run.data, spec, "input").numpy() if rows.labels else None
+    try:
+        split = run.as_split(rows.values, what=args.input)
+    except ProbtransError as err:
+        raise ProbtransError(f"{args.input}: {err}") from None
     columns = run.predict(
-        rows.values, samples=args.samples, seed=args.seed, progress=not args.quiet, labels=labels
+        split, samples=args.samples, seed=args.seed, progress=not args.quiet, labels=labels
     )
     write_predictions(columns, out)
     if out is not None and not args.quiet:

@@ -33,11 +33,19 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], Any]) -> 
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, 0o666 & ~_umask())  # as open() would create it, not mkstemp's 0600
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def _umask() -> int:
+    """The process's file-creation mask (read by setting it, then set back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def is_temporary_file(path: Path) -> bool:

@@ -189,21 +189,21 @@ class Run:
     @local_params()
     def predict(
         self,
-        inputs: list[str] | torch.Tensor | np.ndarray,
+        inputs: list[str] | torch.Tensor | np.ndarray | DataSplit,
         samples: int | None = None,
         seed: int = 0,
         progress: bool = False,
         labels: np.ndarray | None = None,
     ) -> dict[str, np.ndarray]:
         """The posterior predictive on new ``inputs``: texts (a list of strings, tokenised as in
-        training), token ids (N, L) (0 = padding), or raw images (N, C, H, W) or (N, H, W),
-        scaled as the training images were. Returns
+        training), token ids (N, L) (0 = padding), raw images (N, C, H, W) or (N, H, W),
+        scaled as the training images were, or a split made by :meth:`as_split`. Returns
         :func:`probtrans.prediction.prediction_columns`, one row per input, with the entropy
         percentile among the run's validation examples (from its ``probs.npz``) and, given
         ``labels`` (N,) (classes, −1 for none), the label's class name; the same numbers as
         ``probtrans predict``."""
         samples = samples or self.inference_spec.predictive.samples
-        split = self.as_split(inputs)
+        split = inputs if isinstance(inputs, DataSplit) else self.as_split(inputs)
         draws = self.posterior_samples(samples, seed)
         pyro.set_rng_seed(seed)  # the local randomness, as in :meth:`predictives`
         batch = self.inference_spec.predictive.batch_size
@@ -226,11 +226,18 @@ class Run:
         path = self.path / "probs.npz"
         return read_probs(path)[0]["plain"]["val"] if path.is_file() else None
 
-    def as_split(self, inputs: list[str] | torch.Tensor | np.ndarray) -> DataSplit:
-        """``inputs`` as an unlabelled split of this run's kind (see :meth:`predict`)."""
+    def as_split(
+        self, inputs: list[str] | torch.Tensor | np.ndarray, what: str = "inputs"
+    ) -> DataSplit:
+        """``inputs`` as an unlabelled split of this run's kind (see :meth:`predict`); errors
+        name them as ``what``."""
+        if isinstance(inputs, str):
+            raise ProbtransError(f"{what}: give a list of texts, not one string")
+        if len(inputs) == 0:
+            raise ProbtransError(f"{what}: nothing to predict")
         texts = isinstance(inputs, list | tuple) and all(isinstance(x, str) for x in inputs)
         if texts or self.data.kind == "image":
-            prepared, mask = self.data.encode(list(inputs) if texts else inputs)
+            prepared, mask = self.data.encode(list(inputs) if texts else inputs, what)
             return DataSplit.unlabelled(prepared, mask)
         values = torch.as_tensor(np.asarray(inputs))
         if values.dim() != 2 or values.is_floating_point():
@@ -671,6 +678,8 @@ def evaluate_run(
     set of a name the run has replaces that one."""
     seed = check_seed(seed)
     run = load_run(run_dir, device)
+    for known in sorted({o.name for o in ood} & set(run.data.ood)):
+        print(f"note: the out-of-domain set {known!r} of {run.path} is replaced", file=sys.stderr)
     add_ood_sets(run.data, list(ood), run.model_spec.data, replace=True)
     metrics_file = run.path / "metrics.json"
     previous = read_json(metrics_file) if metrics_file.is_file() else {}

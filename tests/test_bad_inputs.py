@@ -266,13 +266,6 @@ edited_model_case("d_model = 0", "model", {"d_model": "0"}, "model.d_model = 0")
 edited_model_case("split_seed = -1", "data", {"split_seed": "-1"}, "data.split_seed = -1")
 edited_model_case("val_fraction = 0.6", "data", {"val_fraction": "0.6"}, "data.val_fraction")
 edited_model_case(
-    "data.max_len > model.max_positions",
-    "data",
-    {"max_len": "600"},
-    "data.max_len = 600",
-    "model.max_positions",
-)
-edited_model_case(
     "patch_size does not divide 8x8", "data", {"patch_size": "3"}, "data.patch_size = 3"
 )
 edited_model_case(

@@ -320,7 +320,16 @@ TEXT_ERRORS = [
     (dict(train=(TX, [0.0] * 20)), "train labels[0]: label 0.0 is a float; labels are strings or"),
     (dict(train=(TX, [*TY[:4], 1, *TY[5:]])), "train labels[4] = 1: labels mix strings and"),
     (dict(train=(TX, TY), labels="pos"), "labels must be a list of classes, not one string"),
-    (dict(train=(TX, TY), labels=["pos", "pos"]), "labels = ['pos', 'pos']: must be at least 2"),
+    (dict(train=(TX, TY), labels=["pos", "pos"]), "labels = ['pos', 'pos']: lists 'pos' twice"),
+    (dict(train=(TX, TY), labels=["pos"]), "labels = ['pos']: must be at least 2 classes"),
+    (
+        dict(train=(TX, TY), labels=["neg", "pos", "meh"]),
+        "class 'meh' of the classes ['neg', 'pos', 'meh'] has no training example",
+    ),
+    (
+        dict(train=(TX, [1 + (y == "pos") for y in TY])),
+        "class '0' of the classes ['0', '1', '2'] has no training example (integer labels",
+    ),
     (
         dict(train=(TX, TY), labels=["pos", "other"]),
         "train labels[1] = 'neg': not one of the classes ['pos', 'other']",

@@ -390,13 +390,16 @@ def test_hf_image_dataset_saved_to_disk(tmp_path):
 
 # ----------------------------------------------------------------------------- predict inputs
 def test_read_inputs_from_stdin_and_txt(tmp_path, monkeypatch):
-    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(["", *TEXTS, "  ", ""])))
-    rows = read_inputs("-", "text")
-    assert rows.values == TEXTS and rows.labels is None and rows.where(0) == "standard input:2"
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join([*TEXTS, "  ", ""])))
+    rows = read_inputs("-", "text")  # blank lines at the end are no inputs
+    assert rows.values == TEXTS and rows.labels is None and rows.where(1) == "standard input:2"
     path = tmp_path / "in.txt"
-    path.write_text("\n".join([TEXTS[0], "", TEXTS[1], "   ", TEXTS[2]]) + "\n", encoding="utf-8")
+    path.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     rows = read_inputs(str(path), "text")
-    assert rows.values == TEXTS and _where(rows) == [f"{path}:{n}" for n in (1, 3, 5)]
+    assert rows.values == TEXTS and _where(rows) == [f"{path}:{n}" for n in (1, 2, 3)]
+    path.write_text("\n".join([TEXTS[0], "", TEXTS[1], "   ", TEXTS[2]]) + "\n", encoding="utf-8")
+    with pytest.raises(ProbtransError, match=r"in.txt:2: an empty line .*; .*in.txt:4: an empty"):
+        read_inputs(str(path), "text")  # one row per line: a blank line inside is refused
 
 
 def test_read_inputs_from_tables_with_labels_when_present(tmp_path):
@@ -444,7 +447,7 @@ INPUT_ERRORS = [
     ("in.pdf", "text", "text", "in.pdf: unknown extension '.pdf'; texts are read from"),
     ("in", "text", "text", "in: unknown extension '(none)'"),
     ("in.txt", "x", "image", "in.txt: unknown extension '.txt'; images are read from .npz"),
-    ("in.txt", "\n  \n", "text", "in.txt: no texts to predict"),
+    ("in.txt", "\n  \n", "text", "in.txt: no texts"),
     ("in.txt", b"fine\n\xff\xfe\n", "text", "in.txt:2: not valid UTF-8"),
     ("in.csv", "", "text", "in.csv: empty file (no header naming the columns)"),
     ("in.csv", "sentence,id\nfine,1\n", "text", "in.csv: no text column 'text' (columns:"),
@@ -477,7 +480,7 @@ def test_input_errors(tmp_path, name, content, kind, message):
 
 def test_stdin_errors(monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n \n"))
-    assert _error(read_inputs, "-", "text") == "standard input: no texts to predict"
+    assert _error(read_inputs, "-", "text") == "standard input: no texts"
     assert _error(read_inputs, "-", "image").startswith(
         "standard input: images are read from an .npz file (array 'x') or a Hugging Face dataset"
     )

@@ -499,7 +499,7 @@ def test_npz_images_are_standardised_with_the_training_split(tmp_path):
     torch.testing.assert_close(train.std(dim=(0, 2, 3)), torch.ones(3), rtol=0, atol=1e-4)
     pixels = arrays["train"] / 255.0
     mean, std = pixels.mean(axis=(0, 2, 3)), pixels.std(axis=(0, 2, 3), ddof=1)
-    assert bundle.scaling.scale == pytest.approx(1 / 255)
+    assert bundle.scaling.eight_bit
     np.testing.assert_allclose(bundle.scaling.mean, mean, rtol=1e-5)
     np.testing.assert_allclose(bundle.scaling.std, std, rtol=1e-5)
     expected = standardised(arrays["test"], mean, std)
@@ -524,6 +524,23 @@ def test_npz_images_without_normalize_are_scaled_only(tmp_path):
     torch.testing.assert_close(bundle.test.inputs, expected, rtol=0, atol=1e-7)
     assert torch.equal(bundle.encode(arrays["test"])[0], bundle.test.inputs)
     assert float(bundle.train.inputs.max()) <= 1.0
+
+
+def test_each_file_is_scaled_by_its_own_pixels(tmp_path):
+    """8-bit pixels are divided by 255 and float pixels taken as they are, whatever the
+    training file held; float pixels above 1 for a run of 8-bit images are refused."""
+    arrays = image_files(tmp_path)
+    bundle = load_data(image_spec(tmp_path))
+    as_floats = arrays["test"].astype(np.float32) / np.float32(255)
+    assert torch.equal(bundle.encode(as_floats)[0], bundle.test.inputs)
+    with pytest.raises(ProbtransError, match=r"new.npz: float pixels up to 2\d\d.*8-bit"):
+        bundle.encode(arrays["test"].astype(np.float32), "new.npz")
+    with pytest.raises(ProbtransError, match=r"integer pixels in \[300, 300\]"):
+        bundle.encode(np.full((1, 3, 32, 32), 300, dtype=np.int64))
+    np.savez(tmp_path / "floats.npz", x=as_floats)  # an out-of-domain set of float pixels
+    spec = image_spec(tmp_path)
+    spec.ood[0].source = str(tmp_path / "floats.npz")
+    assert torch.equal(load_data(spec).ood["noise"].inputs, bundle.test.inputs)
 
 
 def test_three_dimensional_npz_images_have_one_channel(tmp_path):

@@ -198,7 +198,34 @@ def test_a_copied_run_answers_without_its_data_or_cache(project, tmp_path, monke
     assert again["ood"] == metrics_before["ood"]
 
     monkeypatch.setattr(sys, "stdin", io.StringIO("a really good movie\n\nan awful plot\n"))
-    capsys.readouterr()
+    assert main(["predict", str(elsewhere), "-", "--quiet"]) == 2  # rows must stay lines
+    assert "standard input:2: an empty line" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "stdin", io.StringIO("a really good movie\nan awful plot\n\n"))
     assert main(["predict", str(elsewhere), "-", "--quiet"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split()[:3] == ["predicted", "p_neg", "p_pos"] and len(table) == 3
+
+
+def test_the_command_line_refuses_what_would_lose_or_confuse_data(project, capsys, monkeypatch):
+    import os
+
+    import probtrans
+
+    spec_dir, inputs, run = project
+    reviews = inputs / "reviews.tsv"
+    before = reviews.read_bytes()
+    assert main(["predict", str(run), str(reviews), "--out", str(reviews)]) == 2
+    assert reviews.read_bytes() == before  # the input is not overwritten by its predictions
+    a = str(inputs / "a.csv")
+    assert main(["evaluate", str(run), "--ood", f"x={a}", "--ood", f"x={a}"]) == 2
+    errors = capsys.readouterr().err.splitlines()
+    assert "is the input" in errors[0] and "'x' is given twice" in errors[1]
+    mask = os.umask(0o022)
+    os.umask(mask)
+    for path in run.iterdir():  # run files are created as open() would, not private
+        assert path.stat().st_mode & 0o777 == 0o666 & ~mask, path.name
+    loaded = probtrans.Run.load(run)
+    with pytest.raises(probtrans.errors.ProbtransError, match="nothing to predict"):
+        loaded.predict([])
+    with pytest.raises(probtrans.errors.ProbtransError, match="not one string"):
+        loaded.predict("a good movie")

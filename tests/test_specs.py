@@ -260,3 +260,28 @@ def test_the_json_schema_refuses_what_the_loader_refuses(kind, table, capsys):
     validator = jsonschema.Draft202012Validator(schema_of(kind, capsys))
     base = valid_table(kind)
     assert validator.is_valid(base) and not validator.is_valid({**base, **table})
+
+
+def test_a_misspelt_key_is_named_before_the_key_it_leaves_missing(tmp_path):
+    from probtrans.errors import ConfigError
+    from probtrans.resolve import load_model_spec
+
+    spec = tmp_path / "model.toml"
+    spec.write_text(
+        '[data]\nkind = "text"\ntrain = "t.csv"\n[[data.ood]]\nname = "q"\nsorce = "q.csv"\n'
+    )
+    with pytest.raises(ConfigError, match=r"unknown key 'data.ood.0.sorce'|unknown key .*sorce"):
+        load_model_spec(spec)
+
+
+def test_images_ignore_max_len_and_text_needs_the_positions(tmp_path):
+    from probtrans.errors import ConfigError
+    from probtrans.resolve import load_model_spec
+
+    image = tmp_path / "image.toml"
+    image.write_text('[data]\nkind = "image"\ntrain = "x.npz"\n[model]\nmax_positions = 16\n')
+    assert load_model_spec(image).data.max_len == 512  # images: no tokens, no check
+    text = tmp_path / "text.toml"
+    text.write_text('[data]\nkind = "text"\ntrain = "x.csv"\n[model]\nmax_positions = 16\n')
+    with pytest.raises(ConfigError, match="data.max_len = 512: must be at most model.max_pos"):
+        load_model_spec(text)

@@ -115,16 +115,32 @@ class DataSplit:
 
 @dataclass(frozen=True)
 class ImageScaling:
-    """How raw pixels become model inputs: x = (scale · pixels − mean_c) / std_c per channel c
-    (``mean``, ``std`` None: no standardisation)."""
+    """How raw pixels become model inputs. Integer pixels are 8-bit (0–255) and divided by 255;
+    float pixels are taken as they are (in [0, 1] where the training pixels were 8-bit:
+    ``eight_bit``). Then, with ``mean`` and ``std``, x = (p − mean_c) / std_c per channel c."""
 
-    scale: float = 1.0
+    eight_bit: bool = False
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
 
-    def __call__(self, pixels: Tensor) -> Tensor:
-        """pixels (N, C, H, W) → float32 inputs (N, C, H, W)."""
-        x = pixels.float() * self.scale
+    def __call__(self, pixels: Tensor, what: str = "images") -> Tensor:
+        """pixels (N, C, H, W) → float32 inputs (N, C, H, W); ProbtransError naming ``what``
+        for integer pixels outside 0–255, or float pixels above 1 where the training pixels
+        were 8-bit."""
+        if pixels.is_floating_point():
+            x = pixels.float()
+            if self.eight_bit and len(x) and float(x.max()) > 1.0:
+                raise ProbtransError(
+                    f"{what}: float pixels up to {float(x.max()):g}, but this data set's images "
+                    f"are 8-bit: give integers 0–255, or floats in [0, 1]"
+                )
+        else:
+            if len(pixels) and (int(pixels.min()) < 0 or int(pixels.max()) > 255):
+                raise ProbtransError(
+                    f"{what}: integer pixels in [{int(pixels.min())}, {int(pixels.max())}]; "
+                    f"integer pixels are 8-bit (0–255): scale others to floats in [0, 1]"
+                )
+            x = pixels.float() / 255.0
         if self.mean is None or self.std is None:
             return x
         mean = torch.tensor(self.mean, dtype=torch.float32)[:, None, None]
@@ -157,11 +173,14 @@ class DataBundle:
     def n_classes(self) -> int:
         return len(self.class_names)
 
-    def encode(self, inputs: Sequence[str] | Any) -> tuple[Tensor, Tensor | None]:
+    def encode(
+        self, inputs: Sequence[str] | Any, what: str = "images"
+    ) -> tuple[Tensor, Tensor | None]:
         """New inputs as the model takes them: texts → (token ids (N, L) long, mask (N, L) bool)
         with the bundle's tokenizer; raw images (N, C, H, W) or (N, H, W) → (images (N, C, H, W)
-        float32 scaled as the training images, None). Raises ProbtransError for inputs of the
-        other kind, or texts without a tokenizer."""
+        float32 scaled as the training images (:class:`ImageScaling`), None). Raises
+        ProbtransError naming ``what`` (the images' file) for inputs of the other kind, of
+        another shape or scale, or texts without a tokenizer."""
         if self.kind == "tokens":
             if self.tokenizer is None:
                 raise ProbtransError(
@@ -170,15 +189,15 @@ class DataBundle:
             return encoder(self.tokenizer)(inputs)
         if isinstance(inputs, list | tuple) and inputs and isinstance(inputs[0], str):
             raise ProbtransError(f"{self.name}: an image data set; it cannot read texts")
-        images = _as_tensor(inputs, f"{self.name}: images")
+        images = _as_tensor(inputs, f"{what}")
         if images.ndim == 3:
             images = images[:, None]
         if images.ndim != 4 or tuple(images.shape[1:]) != tuple(self.image_shape or ()):
             raise ProbtransError(
-                f"images of shape {tuple(images.shape)}: this data set's images are (N, "
+                f"{what} of shape {tuple(images.shape)}: this data set's images are (N, "
                 f"{', '.join(map(str, self.image_shape or ()))})"
             )
-        return _check_inputs(self.scaling(images), "image", f"{self.name}: images"), None
+        return _check_inputs(self.scaling(images, what), "image", what), None
 
     def decode(self, ids: list[int]) -> str:
         """Token ids → the words the model sees (lower-cased, unknown words as [UNK])."""
@@ -619,13 +638,18 @@ def class_indices(
                     f"{_row(where, s, i, locate)} = {v!r}: labels mix strings and integers"
                 )
     by_index = not strings  # integer labels are class indices, unless ``labels`` orders them
+    by_name = False  # integer labels indexing the class names of ``labels``
     if labels is not None:
         if isinstance(labels, str):
             raise ProbtransError(f"{where}: labels must be a list of classes, not one string")
         order = [v.item() if isinstance(v, np.generic) else v for v in labels]
-        if len(order) < 2 or len(set(order)) != len(order):
-            raise ProbtransError(f"{where}: labels = {order}: must be at least 2 distinct classes")
+        twice = sorted({str(v) for v in order if order.count(v) > 1})
+        if twice:
+            raise ProbtransError(f"{where}: labels = {order}: lists {twice[0]!r} twice")
+        if len(order) < 2:
+            raise ProbtransError(f"{where}: labels = {order}: must be at least 2 classes")
         by_index = not strings and all(isinstance(v, str) for v in order)  # names of 0..C−1
+        by_name = by_index
         names = [str(v) for v in order]
         index = (
             {c: c for c in range(len(order))} if by_index else {v: i for i, v in enumerate(order)}
@@ -644,7 +668,7 @@ def class_indices(
             f"{where}: the labels hold the single class {names}; a classifier needs at least 2"
         )
     if by_index:
-        known = f"0..{len(names) - 1}"
+        known = f"0..{len(names) - 1}" + (" (integer labels index the names given)" * by_name)
     ys = {}
     for s, vs in values.items():
         for i, v in enumerate(vs):
@@ -653,6 +677,12 @@ def class_indices(
                     f"{_row(where, s, i, locate)} = {v!r}: not one of the classes {known}"
                 )
         ys[s] = np.array([index[v] for v in vs], dtype=np.int64)
+    unseen = [names[c] for c in range(len(names)) if c not in set(ys["train"].tolist())]
+    if unseen:
+        raise ProbtransError(
+            f"{where}: class {unseen[0]!r} of the classes {names} has no training example"
+            + (" (integer labels are the classes 0..C−1; labels = [...] lists yours)" * by_index)
+        )
     return ys, names
 
 

@@ -22,7 +22,6 @@ import torch
 from probtrans.data.bundle import NO_LABEL, DataBundle, DataSplit, ImageScaling, class_indices
 from probtrans.data.corruptions import corrupt, parse_corruption
 from probtrans.data.files import Rows, parse_source, read_images, read_texts
-from probtrans.data.saved import EIGHT_BIT
 from probtrans.errors import ProbtransError
 from probtrans.specs import DataSpec
 from probtrans.specs.model import OodSetSpec
@@ -38,10 +37,9 @@ def load_file_bundle(spec: DataSpec, base: Path | None = None) -> DataBundle:
     ``test``); relative paths start at ``base`` (the spec's folder). Out-of-domain sets are
     added by :func:`add_ood_sets`."""
     given = {"train": spec.train, "val": spec.validation, "test": spec.test}
+    sources = {role: parse_source(text, base) for role, text in given.items() if text}
     rows = {
-        role: _read(spec, parse_source(text, base), HUB_SPLITS[role], labels=True)
-        for role, text in given.items()
-        if text is not None
+        role: _read(spec, source, HUB_SPLITS[role], labels=True) for role, source in sources.items()
     }
     values = {role: r.labels for role, r in rows.items()}
     order: list[Any] | None = spec.labels
@@ -54,7 +52,7 @@ def load_file_bundle(spec: DataSpec, base: Path | None = None) -> DataBundle:
         "test_fraction": spec.test_fraction,
         "seed": spec.split_seed,
     }
-    name = str(parse_source(spec.train, base))
+    name = spec.train  # as the spec writes it
     if spec.kind == "text":
         bundle = DataBundle.from_texts(
             pairs["train"],
@@ -68,9 +66,10 @@ def load_file_bundle(spec: DataSpec, base: Path | None = None) -> DataBundle:
             **fractions,
         )
     else:
-        scale = _pixel_scale(rows["train"].values)
+        eight_bit = not np.issubdtype(np.asarray(rows["train"].values).dtype, np.floating)
+        scaling = ImageScaling(eight_bit)
         images = {
-            role: (torch.from_numpy(np.asarray(x)).float() * scale, y)
+            role: (scaling(torch.from_numpy(np.asarray(x)), str(sources[role])), y)
             for role, (x, y) in pairs.items()
         }
         bundle = DataBundle.from_tensors(
@@ -81,12 +80,11 @@ def load_file_bundle(spec: DataSpec, base: Path | None = None) -> DataBundle:
             name=name,
             **fractions,
         )
-        bundle.scaling = ImageScaling(scale)
+        bundle.scaling = scaling
         if spec.normalize:
-            _standardise(bundle, scale)
-    bundle.description["sources"] = {
-        role: str(parse_source(t, base)) for role, t in given.items() if t
-    }
+            _standardise(bundle)
+    bundle.description["source"] = "files"
+    bundle.description["sources"] = {role: str(source) for role, source in sources.items()}
     return bundle
 
 
@@ -103,6 +101,7 @@ def add_ood_sets(
         if ood.name in bundle.ood and not replace:
             raise ProbtransError(f"data.ood: the name {ood.name!r} is taken; choose another")
         bundle.ood[ood.name] = load_ood_set(ood, bundle, spec, base)
+        bundle.description.setdefault("ood_sources", {})[ood.name] = ood.source
     return bundle
 
 
@@ -127,9 +126,9 @@ def load_ood_set(
         source, **_columns(kind, columns), split="test", labels=None if label_column else False
     )
     try:
-        inputs, mask = bundle.encode(rows.values)
+        inputs, mask = bundle.encode(rows.values, str(source))
     except ProbtransError as err:
-        raise ProbtransError(f"data.ood {ood.name!r} ({source}): {err}") from None
+        raise ProbtransError(f"data.ood {ood.name!r}: {err}") from None
     labels = label_indices(rows, bundle, spec, f"out-of-domain set {ood.name!r}")
     return DataSplit(inputs, labels, mask)
 
@@ -182,18 +181,14 @@ def _corrupted_digits(ood: OodSetSpec, bundle: DataBundle, spec: DataSpec) -> Da
     return DataSplit(torch.from_numpy(images), bundle.test.labels.clone())
 
 
-def _pixel_scale(pixels: np.ndarray) -> float:
-    """1/255 for integer (8-bit) pixels, 1 for floats."""
-    return EIGHT_BIT if np.issubdtype(np.asarray(pixels).dtype, np.integer) else 1.0
-
-
-def _standardise(bundle: DataBundle, scale: float) -> None:
+def _standardise(bundle: DataBundle) -> None:
     """Standardise every split per channel with the training split's mean and std, and keep
     the scaling for new inputs."""
     train = bundle.train.inputs  # (N, C, H, W), already scaled
     mean = train.mean(dim=(0, 2, 3))
     std = train.std(dim=(0, 2, 3)).clamp_min(1e-6)
-    bundle.scaling = ImageScaling(scale, tuple(mean.tolist()), tuple(std.tolist()))
+    eight_bit = bundle.scaling.eight_bit
+    bundle.scaling = ImageScaling(eight_bit, tuple(mean.tolist()), tuple(std.tolist()))
     shift, spread = mean[:, None, None], std[:, None, None]
     for split in (bundle.train, bundle.val, bundle.test, *bundle.ood.values()):
         split.inputs = (split.inputs - shift) / spread

@@ -5,7 +5,8 @@ A source is written as a file path or as ``hf:ID[:CONFIG][@SPLIT]`` (:func:`pars
 
 * text tables (:data:`TABLE_FORMATS`): ``.csv`` (comma-separated, quoted as usual), ``.tsv``
   (split on tabs only, no quoting: a quote is an ordinary character), ``.jsonl`` and
-  ``.jsonl.gz`` (one JSON object per line), ``.parquet``;
+  ``.jsonl.gz`` (one JSON object per line), ``.parquet``; and ``.txt``, one text per line
+  without labels;
 * images (:data:`IMAGE_FORMATS`): an ``.npz`` file with the array ``x``, (N, H, W) or
   (N, C, H, W), and the labels ``y`` (N,);
 * ``hf:ID``: a dataset of the Hugging Face hub, or — when ID is a local folder — a folder written
@@ -60,6 +61,7 @@ HF_PREFIX = "hf:"
 IMAGE_ARRAY = "x"  # the images of an .npz file
 LABEL_ARRAY = "y"  # the labels of an .npz file
 STDIN = "-"  # read_inputs: texts from standard input
+TEXT_LINES = ".txt"  # one text per line, without labels (predict inputs, out-of-domain sets)
 MAX_REPORTED = 5  # malformed rows listed in one error message
 _CSV_FORMATS = (".csv", ".tsv")
 _INTEGER = re.compile(r"\s*[+-]?\d+\s*")
@@ -594,6 +596,8 @@ def read_texts(
     where: Callable[[int], str]
     if source.path is not None and not _is_folder(source):
         path = source.path
+        if _suffix(path) == TEXT_LINES and labels is not True:  # one text per line, no labels
+            return _read_lines(path)
         suffix = _checked_file(path, TABLE_FORMATS, "texts")
         data, label, names = _read_table(path, suffix, text_column, label_column, labels)
         n_rows = len(data[text_column])
@@ -748,7 +752,8 @@ def read_images(
 
 # ----------------------------------------------------------------------------- predict inputs
 def _read_lines(path: Path | None) -> Rows:
-    """One text per non-empty line of ``path``, or of standard input when ``path`` is None."""
+    """One text per line of ``path`` (a ``.txt`` file), or of standard input when ``path`` is
+    None; an empty line (but at the end) is an error, so that rows stay the input's lines."""
     name = "standard input" if path is None else str(path)
     problems: list[tuple[int, str]] = []
     if path is None:
@@ -757,7 +762,7 @@ def _read_lines(path: Path | None) -> Rows:
         except UnicodeDecodeError as err:
             raise ProbtransError(f"standard input: not UTF-8 text ({err.reason})") from None
     else:
-        _checked_file(path, (".txt",), "texts")
+        _checked_file(path, (TEXT_LINES,), "texts")
         lines = []
         for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
             try:
@@ -765,12 +770,17 @@ def _read_lines(path: Path | None) -> Rows:
             except UnicodeDecodeError as err:
                 problems.append((number, f"not valid UTF-8 ({err.reason} at byte {err.start})"))
                 lines.append("")
-    _raise_problems(problems, lambda number: f"{name}:{number}")
-    numbered = [(n, line.rstrip("\r")) for n, line in enumerate(lines, start=1) if line.strip()]
-    if not numbered:
-        raise ProbtransError(f"{name}: no texts to predict")
-    numbers = [n for n, _ in numbered]
-    return Rows([line for _, line in numbered], None, None, lambda row: f"{name}:{numbers[row]}")
+    while lines and not lines[-1].strip():  # blank lines at the end
+        lines.pop()
+    problems += [
+        (n, "an empty line (one text per line, every line a text)")
+        for n, line in enumerate(lines, start=1)
+        if not line.strip() and n not in dict(problems)
+    ]
+    _raise_problems(sorted(problems), lambda number: f"{name}:{number}")
+    if not lines:
+        raise ProbtransError(f"{name}: no texts")
+    return Rows([line.rstrip("\r") for line in lines], None, None, lambda row: f"{name}:{row + 1}")
 
 
 def read_inputs(
@@ -784,10 +794,10 @@ def read_inputs(
     """The inputs of ``probtrans predict``, of ``kind`` "text" or "image", with their labels
     when the source has a label column.
 
-    ``text``: ``-`` (texts only) reads standard input, one text per non-empty line; a ``.txt``
-    file holds one text per non-empty line; anything else is a source (:func:`parse_source`,
-    relative to the working directory) read by :func:`read_texts` or :func:`read_images` with
-    the split "test" unless the source names one. Raises ProbtransError naming the source (and
+    ``text``: ``-`` (texts only) reads standard input, one text per line; a ``.txt`` file
+    holds one text per line (blank lines only at the end); anything else is a source
+    (:func:`parse_source`, relative to the working directory) read by :func:`read_texts` or
+    :func:`read_images` with the split "test" unless the source names one. Raises ProbtransError naming the source (and
     the line) for a problem; ValueError for an unknown ``kind``.
     """
     if kind not in ("text", "image"):
@@ -808,8 +818,6 @@ def read_inputs(
     if text.strip() == STDIN:
         return _read_lines(None)
     source = parse_source(text)
-    if source.path is not None and not _is_folder(source) and _suffix(source.path) == ".txt":
-        return _read_lines(source.path)
     return read_texts(
         source, text_column=text_column, label_column=label_column, split="test", labels=None
     )

@@ -31,7 +31,6 @@ from probtrans.summary import OOD_PREFIX, is_ood_split
 
 DATA_FILES = ("data.json", "data.pt", "tokenizer.json")
 FORMAT = 1
-EIGHT_BIT = 1.0 / 255.0  # the scale of 8-bit pixels (:mod:`probtrans.data.file_bundle`)
 
 
 def save_bundle(folder: Path, bundle: DataBundle, with_train: bool = False) -> None:
@@ -52,7 +51,7 @@ def save_bundle(folder: Path, bundle: DataBundle, with_train: bool = False) -> N
             "image_shape": list(bundle.image_shape) if bundle.image_shape else None,
             "vocab_size": bundle.vocab_size,
             "tokenizer": bundle.tokenizer is not None,  # token ids given as such have none
-            "scaling": {"scale": scaling.scale, "mean": scaling.mean, "std": scaling.std},
+            "scaling": {"eight_bit": scaling.eight_bit, "mean": scaling.mean, "std": scaling.std},
             "sizes": {name: len(split) for name, split in splits.items()},
             "train_saved": with_train,
             "description": bundle.description,
@@ -70,7 +69,7 @@ def load_saved_bundle(folder: Path) -> DataBundle | None:
     path = folder / "data.pt"
     packed = require(load_checkpoint(path), path, ["val", "test"])
     scaling = ImageScaling(
-        info["scaling"]["scale"],
+        info["scaling"]["eight_bit"],
         tuple(info["scaling"]["mean"]) if info["scaling"]["mean"] else None,
         tuple(info["scaling"]["std"]) if info["scaling"]["std"] else None,
     )
@@ -103,7 +102,7 @@ def load_saved_bundle(folder: Path) -> DataBundle | None:
 
 def _pack(split: DataSplit, scaling: ImageScaling) -> dict[str, torch.Tensor]:
     if split.mask is None:  # images: their 8-bit pixels where scaling them gives them back
-        if scaling.scale == EIGHT_BIT and len(split):
+        if scaling.eight_bit and len(split):
             pixels = _pixels(split.inputs, scaling)
             if torch.equal(scaling(pixels), split.inputs):
                 return {"pixels": pixels, "labels": split.labels}
@@ -140,7 +139,7 @@ def _pixels(inputs: torch.Tensor, scaling: ImageScaling) -> torch.Tensor:
     if scaling.mean is not None and scaling.std is not None:
         mean = torch.tensor(scaling.mean)[:, None, None]
         x = x * torch.tensor(scaling.std)[:, None, None] + mean
-    return (x / scaling.scale).round().clamp(0, 255).to(torch.uint8)
+    return (x * 255.0).round().clamp(0, 255).to(torch.uint8)
 
 
 def _leading(lengths: torch.Tensor, width: int) -> torch.Tensor:

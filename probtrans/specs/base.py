@@ -141,6 +141,8 @@ def updated(spec: S, changes: dict[str, Any], source: str) -> S:
 def explain(cls: type[BaseModel], error: ValidationError) -> str:
     """The first problem of ``error`` as ``field = value: what is wrong``."""
     problems = error.errors(include_url=False)
+    # an unknown key first: a misspelt key also makes the key it stands for "missing"
+    problems.sort(key=lambda problem: problem["type"] != "extra_forbidden")
     first = problems[0]
     kind, ctx = first["type"], first.get("ctx", {})
     path, table = _walk(cls, first["loc"])
