@@ -797,8 +797,9 @@ def read_inputs(
     ``text``: ``-`` (texts only) reads standard input, one text per line; a ``.txt`` file
     holds one text per line (blank lines only at the end); anything else is a source
     (:func:`parse_source`, relative to the working directory) read by :func:`read_texts` or
-    :func:`read_images` with the split "test" unless the source names one. Raises ProbtransError naming the source (and
-    the line) for a problem; ValueError for an unknown ``kind``.
+    :func:`read_images` with the split "test" unless the source names one. Raises
+    ProbtransError naming the source (and the line) for a problem; ValueError for an unknown
+    ``kind``.
     """
     if kind not in ("text", "image"):
         raise ValueError(f"kind must be 'text' or 'image', got {kind!r}")
