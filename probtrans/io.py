@@ -101,7 +101,13 @@ def read_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """The arrays of an ``.npz`` file, refusing pickled objects; an unreadable file raises
     ProbtransError naming it."""
     try:
-        with np.load(path, allow_pickle=False) as arrays:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):  # one .npy array, not named arrays
+            raise ProbtransError(f"{path}: not an .npz archive of named arrays (one array)")
+        with loaded as arrays:
             return {name: arrays[name] for name in arrays.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+    except ValueError as err:  # numpy's text suggests allow_pickle, which is not safe here
+        reason = "only pickled Python objects could be read, refused" * ("pickle" in str(err))
+        raise ProbtransError(f"{path}: not a readable .npz file ({reason or err})") from None
+    except (OSError, EOFError, zipfile.BadZipFile) as err:
         raise ProbtransError(f"{path}: not a readable .npz file ({err})") from None

@@ -486,3 +486,21 @@ def test_stdin_errors(monkeypatch):
     )
     with pytest.raises(ValueError, match="kind must be 'text' or 'image'"):
         read_inputs("-", "tokens")
+
+
+def test_npz_files_that_are_not_archives_of_arrays_are_refused_safely(tmp_path):
+    text = tmp_path / "text.npz"
+    text.write_text("hello")
+    single = tmp_path / "single.npz"
+    with open(single, "wb") as fh:
+        np.save(fh, np.zeros(3))  # one .npy array under an .npz name
+    objects = tmp_path / "objects.npz"
+    np.savez(objects, x=np.array([{"a": 1}], dtype=object))
+    for path, message in (
+        (text, "only pickled Python objects could be read, refused"),
+        (single, "not an .npz archive of named arrays"),
+        (objects, "only pickled Python objects could be read, refused"),
+    ):
+        with pytest.raises(ProbtransError, match=message) as caught:
+            read_images(parse_source(str(path)))
+        assert "allow_pickle" not in str(caught.value)

@@ -425,15 +425,19 @@ def test_named_ood_sets_with_and_without_labels(tmp_path):
 
 def test_an_ood_set_may_read_its_own_columns(tmp_path):
     train = write_rows(tmp_path / "train.tsv", corpus(30, 0))
-    ood = write_rows(tmp_path / "q.tsv", [("great plot", "1"), ("awful", "0")], ("question", "y"))
+    ood = write_rows(
+        tmp_path / "q.tsv", [("great plot", "pos"), ("awful", "neg")], ("question", "y")
+    )
     spec = data_spec(
         train=str(train),
         ood=[{"name": "q", "source": str(ood), "text_column": "question", "label_column": "y"}],
     )
     bundle = load_data(spec)
-    # integer labels of a task with string classes are class indices
     assert bundle.ood["q"].labels.tolist() == [1, 0]
     assert texts_of(bundle, bundle.ood["q"]) == ["great plot", "awful"]
+    # integer labels are no classes of a task whose classes are its string labels
+    write_rows(tmp_path / "q.tsv", [("great plot", "1"), ("awful", "0")], ("question", "y"))
+    assert "q.tsv:2: label 1 is not one of the classes" in error(load_data, spec)
 
 
 # ----------------------------------------------------------------------------- 7. malformed

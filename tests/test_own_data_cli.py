@@ -229,3 +229,13 @@ def test_the_command_line_refuses_what_would_lose_or_confuse_data(project, capsy
         loaded.predict([])
     with pytest.raises(probtrans.errors.ProbtransError, match="not one string"):
         loaded.predict("a good movie")
+
+
+def test_integer_labels_are_no_classes_of_a_run_of_string_labels(project, tmp_path, capsys):
+    _, inputs, run = project
+    numbered = tmp_path / "numbered.csv"
+    numbered.write_text("text,label\na good movie,1\n")  # the run's classes are "neg", "pos"
+    assert main(["predict", str(run), str(numbered), "--quiet"]) == 2
+    assert "numbered.csv:2: label 1 is not one of the classes ['neg', 'pos']" in (
+        capsys.readouterr().err
+    )

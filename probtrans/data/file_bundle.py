@@ -28,6 +28,8 @@ from probtrans.specs.model import OodSetSpec
 
 #: the Hugging Face split each role reads unless its source names one
 HUB_SPLITS = {"train": "train", "val": "validation", "test": "test"}
+#: the description key saying whether the training labels were strings or integers
+LABELS = "labels"
 #: the prefix of the corrupted digits (``digits-c:CORRUPTION:SEVERITY``)
 CORRUPTED_DIGITS = "digits-c:"
 
@@ -84,6 +86,7 @@ def load_file_bundle(spec: DataSpec, base: Path | None = None) -> DataBundle:
         if spec.normalize:
             _standardise(bundle)
     bundle.description["source"] = "files"
+    bundle.description[LABELS] = "strings" if isinstance(values["train"][0], str) else "integers"
     bundle.description["sources"] = {role: str(source) for role, source in sources.items()}
     return bundle
 
@@ -151,14 +154,18 @@ def _columns(kind: str, columns: dict[str, str | None]) -> dict[str, str | None]
 def label_indices(rows: Rows, bundle: DataBundle, spec: DataSpec, what: str) -> torch.Tensor:
     """Class indices (N,) of the labels of ``rows`` (new inputs or an out-of-domain set,
     ``what``), −1 for all when it has none: string labels by class name; integer labels by
-    their place in ``data.labels`` when it lists integers, else as class indices."""
+    their place in ``data.labels`` when it lists integers, else as class indices (not where the
+    training labels were strings)."""
     if rows.labels is None:
         return torch.full((len(rows),), NO_LABEL, dtype=torch.long)
     names = bundle.class_names
+    by_name = {name: c for c, name in enumerate(names)}
     if spec.labels is not None and all(isinstance(v, int) for v in spec.labels):
         index = {value: c for c, value in enumerate(spec.labels)}  # integer label values
-    else:
-        index = {name: c for c, name in enumerate(names)} | {c: c for c in range(len(names))}
+    elif bundle.description.get(LABELS) == "strings":  # the classes are the string labels
+        index = by_name
+    else:  # integer labels are class indices; the class names name them too
+        index = by_name | {c: c for c in range(len(names))}
     classes = []
     for i, value in enumerate(rows.labels):
         if value not in index or isinstance(value, bool):
