@@ -14,7 +14,7 @@ import pytest
 
 from probtrans import metrics
 from probtrans.cli import main
-from tests.conftest import ROOT
+from tests.conftest import ROOT, TINY_MODEL
 
 POSITIVE = ["good", "great", "fine", "lovely", "superb"]
 NEGATIVE = ["bad", "awful", "poor", "dull", "broken"]
@@ -41,7 +41,8 @@ def write_tsv(path, rows, header=("text", "label")) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-MODEL = """
+MODEL = (
+    """
 [data]
 kind = "text"
 train = "data/train.tsv"
@@ -53,21 +54,10 @@ max_len = 16
 name = "questions"
 source = "data/questions.jsonl"
 
-[model]
-d_model = 16
-n_heads = 2
-n_layers = 1
-d_ff = 32
-dropout = 0.0
-max_positions = 16
-
-[model.attention]
-kind = "h_sto"
-n_centroids = 3
-
-[model.prior]
-weights = "last_layer"
 """
+    + "[model]"
+    + TINY_MODEL.split("[model]", 1)[1]
+)  # the tiny network of the digits tests
 
 INFERENCE = (
     (ROOT / "inference" / "map.toml").read_text().split("[train]")[0]
