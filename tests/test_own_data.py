@@ -718,3 +718,13 @@ def test_the_sgpa_cifar10_model_on_small_local_files(tmp_path):
     assert torch.isfinite(logits).all()
     probs = trace.nodes["probs"]["value"]
     torch.testing.assert_close(probs, logits.softmax(-1))
+    # and it trains, evaluates and predicts new raw images from its run folder
+    import probtrans
+    from tests.conftest import tiny_inference
+
+    run = probtrans.fit(spec, tiny_inference(tmp_path, "sgpa"), out=tmp_path / "run", epochs=1)
+    scores = run.metrics
+    assert np.isfinite(scores["nll"]) and set(scores["ood"]) == {"svhn"}
+    loaded = probtrans.Run.load(tmp_path / "run")
+    columns = loaded.predict(x[:3], samples=2)
+    assert list(columns)[:3] == ["predicted", "p_0", "p_1"] and len(columns["entropy"]) == 3
