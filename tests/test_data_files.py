@@ -26,7 +26,6 @@ from probtrans.data.files import (
     TABLE_FORMATS,
     Rows,
     Source,
-    fingerprint,
     parse_source,
     read_images,
     read_inputs,
@@ -77,7 +76,6 @@ def test_parse_source_hub_strings():
     plain = parse_source("hf:stanfordnlp/imdb")
     assert (plain.hub_id, plain.config, plain.split) == ("stanfordnlp/imdb", None, None)
     assert str(plain) == "hf:stanfordnlp/imdb" and plain.text == "hf:stanfordnlp/imdb"
-    assert fingerprint(glue) == "hf:nyu-mll/glue:cola@validation"
     for text, message in [
         ("", "empty"),
         ("  ", "empty"),
@@ -105,22 +103,6 @@ def test_parse_source_paths_relative_to_base(tmp_path, monkeypatch):
     assert "configurations are for hub datasets" in _error(parse_source, "hf:data:cola")
 
 
-def test_fingerprint_follows_the_content(tmp_path):
-    path = _write(tmp_path / "in.csv", "text\nfine\n")
-    source = parse_source(str(path))
-    first = fingerprint(source)
-    assert first.startswith(str(path.resolve())) and first == fingerprint(source)
-    _write(path, "text\nfine, longer\n")
-    assert fingerprint(source) != first
-    Dataset.from_dict({"text": ["a"]}).save_to_disk(tmp_path / "saved")
-    folder = parse_source(f"hf:{tmp_path / 'saved'}")
-    assert fingerprint(folder) == fingerprint(folder)
-    size = sum(p.stat().st_size for p in (tmp_path / "saved").rglob("*") if p.is_file())
-    assert f":{size}:" in fingerprint(folder)
-    assert "no such file" in _error(fingerprint, parse_source(str(tmp_path / "none.csv")))
-
-
-# ----------------------------------------------------------------------------- text tables
 def test_csv_with_quoted_comma_and_newline(tmp_path):
     path = tmp_path / "in.csv"
     with open(path, "w", newline="", encoding="utf-8") as fh:

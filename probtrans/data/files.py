@@ -134,24 +134,6 @@ def parse_source(text: str, base: Path | None = None) -> Source:
     return Source(text, None, name, config or None, split)
 
 
-def fingerprint(source: Source) -> str:
-    """What identifies the content of ``source``, for caching: for a local file its resolved
-    path, size and mtime_ns; for a folder the same with the sum of its files' sizes and their
-    latest mtime_ns; for a hub dataset its id, configuration and split."""
-    if source.path is None:
-        return f"{HF_PREFIX}{source.hub_id}:{source.config or ''}@{source.split or ''}"
-    path = source.path.resolve()
-    if path.is_file():
-        stat = path.stat()
-        return f"{path}:{stat.st_size}:{stat.st_mtime_ns}"
-    if not path.is_dir():
-        raise ProbtransError(f"{source.path}: no such file")
-    stats = [p.stat() for p in sorted(path.rglob("*")) if p.is_file()]
-    size = sum(s.st_size for s in stats)
-    mtime = max((s.st_mtime_ns for s in stats), default=path.stat().st_mtime_ns)
-    return f"{path}@{source.split or ''}:{size}:{mtime}"
-
-
 # ----------------------------------------------------------------------------- rows
 @dataclass
 class Rows:
