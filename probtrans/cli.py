@@ -33,13 +33,18 @@ def spec_path(path: str) -> Path:
 
 
 def print_metrics(scores: dict) -> None:
-    """The headline in-domain metrics, then every out-of-domain set with every score."""
-    from probtrans.report import format_ood_table, format_table
+    """The headline in-domain metrics of the plain, temperature-scaled and post-hoc
+    predictives side by side, then every out-of-domain set with every score, per predictive."""
+    from probtrans.report import OOD_NOTE, format_ood_table, format_run_table, variants
     from probtrans.run import HEADLINE
 
-    print(format_table(scores, HEADLINE))
+    print(format_run_table(scores, HEADLINE))
     if scores.get("ood"):
-        print(format_ood_table(scores["ood"]))
+        print(f"\n{OOD_NOTE}")
+    for variant in ["", *variants(scores)]:
+        ood = scores.get(f"{variant}.ood" if variant else "ood")
+        if ood:
+            print(f"{variant or 'plain'} predictive:\n{format_ood_table(ood)}")
 
 
 def ood_option(text: str) -> tuple[str, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -141,6 +142,13 @@ def save_run_figure(
     return save_png(fig, path)
 
 
+#: how to read :func:`format_ood_table`
+OOD_NOTE = (
+    "OOD detection against the in-domain test split; scores higher = more uncertain; AUROC and "
+    "AUPR with out-of-domain positive, FPR@95 with in-domain positive at 95% recall"
+)
+
+
 def format_ood_table(ood: dict[str, dict]) -> str:
     """The out-of-domain detection of ``metrics["ood"]`` as a text table: one row per set and
     measure (AUROC, AUPR, FPR@95), one column per uncertainty score, and a line per labelled
@@ -165,11 +173,38 @@ def format_ood_table(ood: dict[str, dict]) -> str:
         ).rstrip()
         for row in rows
     ]
-    note = (
-        "OOD detection against the in-domain test split; scores higher = more uncertain; AUROC "
-        "and AUPR with out-of-domain positive, FPR@95 with in-domain positive at 95% recall"
-    )
-    return "\n".join([note, *lines, *shifted])
+    return "\n".join([*lines, *shifted])
+
+
+def variants(metrics: dict[str, Any]) -> list[str]:
+    """The post-hoc variants whose metrics ``metrics`` holds (keys ``{variant}.accuracy``)."""
+    return sorted(key.removesuffix(".accuracy") for key in metrics if key.endswith(".accuracy"))
+
+
+def format_run_table(metrics: dict[str, Any], keys: Iterable[str]) -> str:
+    """The ``keys`` of a run's ``metrics.json`` side by side for the plain predictive, its
+    temperature-scaled version (``ts_*``) and each post-hoc variant (``{variant}.*``), "–"
+    where a predictive has no such metric (temperature scaling keeps the accuracy); then the
+    epoch kept and the number of posterior samples, when the run has them."""
+    columns = {"plain": "", "temperature-scaled": "ts_"} | {v: f"{v}." for v in variants(metrics)}
+    rows = [["metric", *columns]]
+    for key in keys:
+        cells = [metrics.get(prefix + key) for prefix in columns.values()]
+        rows.append([key, *(f"{float(c):.4f}" if c is not None else "–" for c in cells)])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(
+            cell.ljust(width) if i == 0 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
+    if "best_epoch" in metrics and "epochs" in metrics:
+        lines.append(
+            f"weights of epoch {metrics['best_epoch']} of {metrics['epochs']} (best validation)"
+            f", {metrics.get('posterior_samples', '?')} posterior samples"
+        )
+    return "\n".join(lines)
 
 
 def format_table(metrics: dict[str, float], keys: Iterable[str] | None = None) -> str:

@@ -70,9 +70,9 @@ def test_format_ood_table_has_every_set_score_and_measure(run_probs):
     ood["flat"]["accuracy"], ood["flat"]["nll"], ood["flat"]["ece"] = 0.5, 1.25, 0.125
     ood["flat"]["n"] = 40
     lines = report.format_ood_table(ood).splitlines()
-    header = lines[1].split()
+    header = lines[0].split()
     assert header == ["set", "measure", *[s for s in metrics.UNCERTAINTY_SCORES if s != "energy"]]
-    rows = {(line.split()[0], line.split()[1]): line.split()[2:] for line in lines[2:8]}
+    rows = {(line.split()[0], line.split()[1]): line.split()[2:] for line in lines[1:7]}
     for name in probs_out:
         for measure in ("auroc", "aupr", "fpr95"):
             expected = [f"{ood[name][s][measure]:.4f}" for s in header[2:]]
@@ -112,3 +112,24 @@ def test_many_sets_are_shown_as_box_plots_with_their_auroc(tmp_path, run_probs):
     ticks = [t.get_text() for t in ax.get_yticklabels()]
     assert ticks[0] == "in-domain test" and ticks[1] == f"set0 ({auroc:.3f})"
     assert len(ticks) == 1 + len(many)
+
+
+def test_run_table_puts_every_predictive_side_by_side():
+    scores = {
+        "accuracy": 0.9,
+        "nll": 0.3,
+        "ts_nll": 0.25,
+        "mc_dropout.accuracy": 0.91,
+        "mc_dropout.nll": 0.28,
+        "laplace.accuracy": 0.9,
+        "laplace.nll": 0.27,
+        "best_epoch": 7,
+        "epochs": 10,
+        "posterior_samples": 10,
+    }
+    assert report.variants(scores) == ["laplace", "mc_dropout"]
+    lines = report.format_run_table(scores, ["accuracy", "nll"]).splitlines()
+    assert lines[0].split() == ["metric", "plain", "temperature-scaled", "laplace", "mc_dropout"]
+    assert lines[1].split() == ["accuracy", "0.9000", "–", "0.9000", "0.9100"]
+    assert lines[2].split() == ["nll", "0.3000", "0.2500", "0.2700", "0.2800"]
+    assert lines[3] == "weights of epoch 7 of 10 (best validation), 10 posterior samples"
