@@ -49,7 +49,7 @@ from probtrans.metrics import UNCERTAINTY_SCORES, predictive_entropy, predictive
 from probtrans.resolve import load_inference_spec, load_model_spec
 from probtrans.run import RunInfo, fit_run, read_probs, read_timing
 from probtrans.specs import Comparison, Method, read_spec
-from probtrans.summary import OOD_PREFIX, is_ood_split, summarise
+from probtrans.summary import ood_sets, summarise
 
 COLUMNS = ("nll", "ece", "mce", "brier")
 
@@ -257,7 +257,7 @@ def figure(comparison: Comparison, out: Path) -> Figure:
         report.reliability_diagram(
             reliability_ax, predictive_mean(probs["test"]), labels["test"], label=method.name
         )
-        ood = {s.removeprefix(OOD_PREFIX): p for s, p in probs.items() if is_ood_split(s)}
+        ood = ood_sets(probs)
         report.uncertainty_histograms(
             entropy_ax,
             predictive_entropy(probs["test"]),

@@ -80,7 +80,7 @@ from probtrans.prediction import prediction_columns
 from probtrans.resolve import load_inference_spec, load_model_spec, spec_folder
 from probtrans.specs import InferenceSpec, ModelSpec, SpecFile, read_spec_text, updated
 from probtrans.specs.model import OodSetSpec
-from probtrans.summary import ood_split, summarise
+from probtrans.summary import ood_sets, summarise
 
 #: the metrics ``fit`` and ``evaluate`` print
 HEADLINE = ("accuracy", "nll", "ece", "mce", "brier", "mutual_information")
@@ -647,8 +647,7 @@ def evaluate(
         scores.update({f"{variant}.{k}": v for k, v in variant_scores.items()})
     scores["posterior_samples"] = samples
     write_probs(run.path / "probs.npz", probs, labels, energy)
-    ood = {name: plain[ood_split(name)] for name in run.data.ood}
-    idata = inference_data(plain["test"], labels["test"], run.data.class_names, ood=ood)
+    idata = inference_data(plain["test"], labels["test"], run.data.class_names, ood_sets(plain))
     atomic_write(
         run.path / "predictive.nc", lambda tmp: idata.to_netcdf(str(tmp), engine="h5netcdf")
     )
@@ -656,7 +655,7 @@ def evaluate(
         run.path / "report.png",
         probs["plain"]["test"],
         labels["test"],
-        {name: probs["plain"][ood_split(name)] for name in run.data.ood},
+        ood_sets(probs["plain"]),
         title=f"{run.data.name} · {run.model_spec.network.attention.kind} attention"
         f" · guide {run.describe_guide()} · {samples} samples",
     )

@@ -15,7 +15,7 @@ are the in-domain metrics after temperature scaling fitted on the validation spl
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -26,6 +26,7 @@ SPLITS = ("val", "test")
 OOD_PREFIX = "ood:"
 #: the metrics of a labelled out-of-domain set
 SHIFTED_METRICS = ("accuracy", "mcc", "nll", "ece")
+T = TypeVar("T")
 
 
 def ood_split(name: str) -> str:
@@ -35,6 +36,11 @@ def ood_split(name: str) -> str:
 
 def is_ood_split(split: str) -> bool:
     return split.startswith(OOD_PREFIX)
+
+
+def ood_sets(by_split: dict[str, T]) -> dict[str, T]:
+    """The out-of-domain sets among ``by_split`` (split → value), by set name."""
+    return {s.removeprefix(OOD_PREFIX): v for s, v in by_split.items() if is_ood_split(s)}
 
 
 def has_class_labels(labels: np.ndarray, n_classes: int) -> bool:
@@ -59,17 +65,15 @@ def summarise(
             scores[f"ts_{key}"] = value
     energy = energy or {}
     scores["ood"] = {}
-    for split in filter(is_ood_split, probs):
-        name = split.removeprefix(OOD_PREFIX)
-        report: dict[str, Any] = {"n": int(probs[split].shape[1])}
+    for name, probs_out in ood_sets(probs).items():
+        split = ood_split(name)
+        report: dict[str, Any] = {"n": int(probs_out.shape[1])}
         if report["n"]:
             report.update(
-                metrics.ood_report(
-                    probs["test"], probs[split], energy.get("test"), energy.get(split)
-                )
+                metrics.ood_report(probs["test"], probs_out, energy.get("test"), energy.get(split))
             )
         if has_class_labels(labels[split], n_classes):
-            mean = metrics.predictive_mean(probs[split])
+            mean = metrics.predictive_mean(probs_out)
             for key in SHIFTED_METRICS:
                 report[key] = getattr(metrics, key)(mean, labels[split])
         scores["ood"][name] = report

@@ -26,7 +26,7 @@ from probtrans.errors import ProbtransError
 from probtrans.specs import DataSpec
 from probtrans.specs.base import parse
 from probtrans.specs.model import SET_NAME_PATTERN
-from probtrans.summary import OOD_PREFIX, is_ood_split, ood_split
+from probtrans.summary import is_ood_split, ood_sets, ood_split
 
 #: batches per pool of length-grouped shuffling (``DataSplit.batches(by_length=True)``)
 POOL_BATCHES = 50
@@ -407,9 +407,7 @@ def _named_sets(ood: Any, where: str) -> dict[str, Any]:
 
 def _arranged(splits: dict[str, DataSplit]) -> dict[str, Any]:
     """``train``, ``val``, ``test`` and the ``ood:NAME`` splits as DataBundle's arguments."""
-    return {s: splits[s] for s in ("train", "val", "test")} | {
-        "ood": {s.removeprefix(OOD_PREFIX): split for s, split in splits.items() if is_ood_split(s)}
-    }
+    return {s: splits[s] for s in ("train", "val", "test")} | {"ood": ood_sets(splits)}
 
 
 def _pair(value: Any, split: str, where: str) -> tuple[Any, Any]:

@@ -27,7 +27,7 @@ from probtrans.checkpoint import load_checkpoint, require, save_checkpoint
 from probtrans.data.bundle import DataBundle, DataSplit, ImageScaling
 from probtrans.errors import ProbtransError
 from probtrans.io import read_json, write_json, write_text
-from probtrans.summary import OOD_PREFIX, is_ood_split
+from probtrans.summary import ood_sets
 
 DATA_FILES = ("data.json", "data.pt", "tokenizer.json")
 FORMAT = 1
@@ -89,7 +89,7 @@ def load_saved_bundle(folder: Path) -> DataBundle | None:
         train=splits["train"],
         val=splits["val"],
         test=splits["test"],
-        ood={n.removeprefix(OOD_PREFIX): s for n, s in splits.items() if is_ood_split(n)},
+        ood=ood_sets(splits),
         class_names=list(info["class_names"]),
         kind=info["kind"],
         image_shape=tuple(info["image_shape"]) if info["image_shape"] else None,
