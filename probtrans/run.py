@@ -61,7 +61,12 @@ from probtrans.data.file_bundle import add_ood_sets
 from probtrans.data.saved import DATA_FILES, load_saved_bundle, save_bundle
 from probtrans.errors import ProbtransError, in_file
 from probtrans.inference.guide import GuideChoice, build_guide
-from probtrans.inference.posthoc import Energy, Probs, posterior_predictives
+from probtrans.inference.posthoc import (
+    Energy,
+    Probs,
+    needs_training_split,
+    posterior_predictives,
+)
 from probtrans.inference.predictive import inference_data, posterior_draws, predict
 from probtrans.inference.train import BestState, Resumable, TrainingDiverged, train_classifier
 from probtrans.io import (
@@ -499,7 +504,7 @@ def train_and_evaluate(
     run.guide = result.guide
     checkpoint(result.best, result.guide)  # the guide as returned (e.g. its Laplace approximation)
     write_json(run.path / "history.json", result.history)
-    save_bundle(run.path, run.data, with_train="laplace" in run.inference_spec.predictive.posthoc)
+    save_run_data(run)
     started = time.perf_counter()
     scores = evaluate(run, device=device, seed=seed, progress=progress)
     info = RunInfo(seed, run.inference_spec.train.epochs, result.best.epoch)
@@ -510,6 +515,13 @@ def train_and_evaluate(
     resumable.path.unlink()
     remove_temporary_files(run.path)
     return scores
+
+
+def save_run_data(run: Run) -> None:
+    """Keep the run's data in its folder, the training split too where a post-hoc predictive
+    is fitted on it."""
+    needed = needs_training_split(run.inference_spec.predictive) and len(run.data.train) > 0
+    save_bundle(run.path, run.data, with_train=needed)
 
 
 def unfinished(staging: Path) -> str:
@@ -690,10 +702,7 @@ def evaluate_run(
         scores = evaluate(run, samples=samples, device=device, seed=seed, progress=progress)
         scores.update(RunInfo.read(previous))
         if ood or not (run.path / "data.json").is_file():
-            train_saved = len(run.data.train) > 0 and (
-                "laplace" in run.inference_spec.predictive.posthoc
-            )
-            save_bundle(run.path, run.data, with_train=train_saved)
+            save_run_data(run)
         write_json(metrics_file, scores)
         timing["evaluate_seconds"] = time.perf_counter() - started
         write_json(run.path / "timing.json", timing)

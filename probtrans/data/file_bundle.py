@@ -194,8 +194,8 @@ def _standardise(bundle: DataBundle) -> None:
     train = bundle.train.inputs  # (N, C, H, W), already scaled
     mean = train.mean(dim=(0, 2, 3))
     std = train.std(dim=(0, 2, 3)).clamp_min(1e-6)
-    eight_bit = bundle.scaling.eight_bit
-    bundle.scaling = ImageScaling(eight_bit, tuple(mean.tolist()), tuple(std.tolist()))
-    shift, spread = mean[:, None, None], std[:, None, None]
+    mean, std = tuple(mean.tolist()), tuple(std.tolist())
+    standardise = ImageScaling(False, mean, std)  # of pixels already scaled to [0, 1]
     for split in (bundle.train, bundle.val, bundle.test, *bundle.ood.values()):
-        split.inputs = (split.inputs - shift) / spread
+        split.inputs = standardise(split.inputs)
+    bundle.scaling = ImageScaling(bundle.scaling.eight_bit, mean, std)

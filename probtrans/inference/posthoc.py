@@ -32,6 +32,11 @@ Probs = dict[str, dict[str, np.ndarray]]  # variant → split → (S, N, C)
 Energy = dict[str, dict[str, np.ndarray]]  # variant → split → (N,) mean free energy
 
 
+def needs_training_split(spec: PredictiveSpec) -> bool:
+    """Whether a variant of ``spec`` is fitted on the training split (the Laplace is)."""
+    return "laplace" in spec.posthoc
+
+
 def posterior_predictives(
     classifier: Classifier,
     draws: dict[str, Tensor],
@@ -45,7 +50,7 @@ def posterior_predictives(
     free energy of the variants with logits (all but ``laplace``; the mean over samples of
     −log Σ_c exp f_c), and every site of the plain predictive per split (for the InferenceData),
     from the S posterior ``draws`` of the global sites (the same draws on every split)."""
-    laplace = "laplace" in spec.posthoc
+    laplace = needs_training_split(spec)
     splits = data.splits()
 
     def on(split: str, **options: Any) -> dict[str, np.ndarray]:
