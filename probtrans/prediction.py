@@ -32,6 +32,7 @@ import numpy as np
 from probtrans import metrics
 from probtrans.errors import ProbtransError
 from probtrans.io import atomic_write
+from probtrans.report import text_table
 
 #: the files :func:`write_predictions` writes
 OUTPUT_FORMATS = (".csv", ".tsv", ".jsonl", ".parquet")
@@ -154,15 +155,7 @@ def format_predictions(columns: dict[str, np.ndarray], max_rows: int = SHOWN_ROW
         for row in rows[:max_rows]
     ]
     numeric = [np.issubdtype(np.asarray(v).dtype, np.number) for v in columns.values()]
-    table = [list(columns), *shown]
-    widths = [max(len(row[i]) for row in table) for i in range(len(columns))]
-    lines = [
-        "  ".join(
-            cell.rjust(width) if right else cell.ljust(width)
-            for cell, width, right in zip(row, widths, numeric, strict=True)
-        ).rstrip()
-        for row in table
-    ]
+    lines = [text_table([list(columns), *shown], numeric)]
     more = len(rows) - len(shown)
     if more:
         lines.append(f"… and {more} more row{'s' * (more > 1)} (of {len(rows)})")

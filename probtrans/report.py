@@ -165,15 +165,7 @@ def format_ood_table(ood: dict[str, dict]) -> str:
                 f"{set_name} (labelled, n = {report['n']}): accuracy {report['accuracy']:.4f}, "
                 f"NLL {report['nll']:.4f}, ECE {report['ece']:.4f}"
             )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [
-        "  ".join(
-            cell.ljust(width) if i < 2 else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ).rstrip()
-        for row in rows
-    ]
-    return "\n".join([*lines, *shifted])
+    return "\n".join([text_table(rows, [False, False] + [True] * len(scores)), *shifted])
 
 
 def variants(metrics: dict[str, Any]) -> list[str]:
@@ -191,14 +183,7 @@ def format_run_table(metrics: dict[str, Any], keys: Iterable[str]) -> str:
     for key in keys:
         cells = [metrics.get(prefix + key) for prefix in columns.values()]
         rows.append([key, *(f"{float(c):.4f}" if c is not None else "–" for c in cells)])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [
-        "  ".join(
-            cell.ljust(width) if i == 0 else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
-        )
-        for row in rows
-    ]
+    lines = [text_table(rows, [False] + [True] * len(columns))]
     if "best_epoch" in metrics and "epochs" in metrics:
         lines.append(
             f"weights of epoch {metrics['best_epoch']} of {metrics['epochs']} (best validation)"
@@ -214,7 +199,18 @@ def format_table(metrics: dict[str, float], keys: Iterable[str] | None = None) -
     missing = [key for key in keys if key not in metrics]
     if missing:
         raise ValueError(f"format_table: keys not in metrics: {', '.join(missing)}")
-    rows = [("metric", "value"), *((key, f"{float(metrics[key]):.4f}") for key in keys)]
-    name_width = max(len(name) for name, _ in rows)
-    value_width = max(len(value) for _, value in rows)
-    return "\n".join(f"{name:<{name_width}}  {value:>{value_width}}" for name, value in rows)
+    rows = [["metric", "value"], *([key, f"{float(metrics[key]):.4f}"] for key in keys)]
+    return text_table(rows, [False, True])
+
+
+def text_table(rows: list[list[str]], right: list[bool]) -> str:
+    """``rows`` of cells as text lines, columns two spaces apart and padded to their widest
+    cell: right-aligned where ``right`` says (numbers), else left-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(right))]
+    return "\n".join(
+        "  ".join(
+            cell.rjust(width) if r else cell.ljust(width)
+            for cell, width, r in zip(row, widths, right, strict=True)
+        ).rstrip()
+        for row in rows
+    )
