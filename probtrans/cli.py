@@ -4,14 +4,21 @@ User errors (missing file, unknown key, bad value) print one ``error:`` line nam
 field and exit with status 2; nothing already written is touched. Any other exception prints one
 ``error:`` line with the command and a hint and exits with status 1 (``--debug`` shows the
 traceback); an interrupted command exits with status 130.
+
+``fit`` and ``compare`` also run as N data-parallel processes started by ``torchrun
+--nproc_per_node N -m probtrans ...`` (:mod:`probtrans.distributed`): rank 0 prints and writes,
+the other processes print only errors of their own.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 from probtrans.errors import ConfigError, ProbtransError
@@ -56,21 +63,24 @@ def ood_option(text: str) -> tuple[str, str]:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from probtrans.run import fit_run, read_timing
+    from probtrans.distributed import current
+    from probtrans.run import fit, read_timing
 
     model, inference = spec_path(args.model), spec_path(args.inference)
     out = Path(args.out or f"runs/{model.parent.name}-{model.stem}-{inference.stem}")
-    scores = fit_run(
+    run = fit(
         model,
         inference,
-        out,
+        out=out,
         epochs=args.epochs,
         seed=args.seed,
         device=args.device,
         progress=not args.quiet,
         force=args.force,
     )
-    print_metrics(scores)
+    if not current().is_main:  # rank 0 reports
+        return 0
+    print_metrics(run.metrics)
     seconds = read_timing(out)["train_seconds"]
     print(f"run written to {out}/ (metrics.json, predictive.nc, report.png, checkpoint.pt)")
     print(f"trained in {seconds:.1f} s (timing.json)")
@@ -175,7 +185,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         comparison = updated(comparison, {"epochs": args.epochs}, f"--epochs = {args.epochs}")
     if args.ood_score is not None:
         comparison = updated(comparison, {"ood_score": args.ood_score}, "--ood-score")
-    print(compare(comparison, args.out, progress=not args.quiet))
+    print(compare(comparison, args.out, progress=not args.quiet, device=args.device))
     return 0
 
 
@@ -301,6 +311,7 @@ def parser() -> argparse.ArgumentParser:
         help="the uncertainty score of the out-of-domain columns (default: the preset's, or "
         "entropy)",
     )
+    compare.add_argument("--device", default="cpu", help="cpu or cuda")
     compare.add_argument("--quiet", action="store_true", help="no progress bars")
     compare.set_defaults(run=cmd_compare)
 
@@ -323,12 +334,38 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+#: the commands that may run as several processes under torchrun
+DATA_PARALLEL = ("fit", "compare")
+
+
+@contextlib.contextmanager
+def processes_of(args: argparse.Namespace) -> Iterator[bool]:
+    """The process group of a command started by torchrun (yields whether this process is rank
+    0, the one that prints); a command that cannot run on several processes is refused."""
+    from probtrans import distributed
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and args.command not in DATA_PARALLEL:
+        raise ProbtransError(
+            f"probtrans {args.command} runs as one process; start it without torchrun (only "
+            f"{' and '.join(DATA_PARALLEL)} train on several processes)"
+        )
+    with distributed.process_group(getattr(args, "device", "cpu")) as processes:
+        if processes.is_main:
+            yield True
+            return
+        with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
+            yield False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    main_process = True
     try:
-        return args.run(args)
+        with processes_of(args) as main_process:
+            return args.run(args)
     except ProbtransError as err:
-        print(f"error: {err}", file=sys.stderr)
+        if main_process:  # the other processes raise the errors rank 0 shares
+            print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"error: probtrans {args.command}: interrupted", file=sys.stderr)

@@ -26,9 +26,10 @@ command line, or a preset file (``results/presets/*.toml``)::
 Every (model, inference, seed) is trained once into ``OUT/runs/`` and shared by the methods
 that use it; a run whose ``metrics.json`` and ``probs.npz`` exist and that was trained for the
 epochs asked is reused, and a run interrupted during training continues from its last finished
-epoch (:func:`probtrans.run.fit_run`), so an interrupted comparison resumes where it stopped.
+epoch (:func:`probtrans.run.fit`), so an interrupted comparison resumes where it stopped.
 Each row is the mean ± standard deviation over seeds of :func:`probtrans.summary.summarise`,
-computed from the runs' ``probs.npz``.
+computed from the runs' ``probs.npz``. Under torchrun every run is trained by all the processes
+together, and rank 0 decides what to train and writes the table and the figure.
 """
 
 from __future__ import annotations
@@ -42,12 +43,12 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from probtrans import calibration, report
+from probtrans import calibration, distributed, report
 from probtrans.errors import ConfigError
 from probtrans.io import read_json, save_png, write_text
 from probtrans.metrics import UNCERTAINTY_SCORES, predictive_entropy, predictive_mean
 from probtrans.resolve import load_inference_spec, load_model_spec
-from probtrans.run import RunInfo, fit_run, read_probs, read_timing
+from probtrans.run import RunInfo, fit, read_probs, read_timing
 from probtrans.specs import Comparison, Method, read_spec
 from probtrans.summary import ood_sets, summarise
 
@@ -134,23 +135,27 @@ def finished(folder: Path, epochs: int) -> bool:
     return False
 
 
-def ensure_runs(comparison: Comparison, out: Path, progress: bool = True) -> None:
+def ensure_runs(
+    comparison: Comparison, out: Path, progress: bool = True, device: str = "cpu"
+) -> None:
     """Train every missing (model, inference, seed) run; finished runs are left alone."""
+    processes = distributed.current()
     for method in comparison.method:
         for seed in comparison.seeds_of(method):
             folder = run_dir(out, method, seed)
             epochs = (
                 comparison.epochs_of(method) or load_inference_spec(method.inference).train.epochs
             )
-            if finished(folder, epochs):
+            if processes.share(lambda: finished(folder, epochs)):  # noqa: B023 (called here)
                 continue
             print(f"fit {folder.name}", flush=True)
-            fit_run(
+            fit(
                 method.model,
                 method.inference,
-                folder,
+                out=folder,
                 epochs=epochs,
                 seed=seed,
+                device=device,
                 progress=progress,
             )
 
@@ -267,13 +272,23 @@ def figure(comparison: Comparison, out: Path) -> Figure:
     return fig
 
 
-def compare(comparison: Comparison, out: str | Path, progress: bool = True) -> str:
+def compare(
+    comparison: Comparison, out: str | Path, progress: bool = True, device: str = "cpu"
+) -> str:
     """Train what is missing, then write ``OUT/table.md``, ``OUT/table.csv`` and
     ``OUT/figure.png``; returns the Markdown table."""
     out = Path(out)
     start = time.perf_counter()
     check_methods(comparison)
-    ensure_runs(comparison, out, progress)
+    ensure_runs(comparison, out, progress, device)
+    text = distributed.current().share(lambda: write_results(comparison, out))
+    print(f"compare: {time.perf_counter() - start:.0f} s (training included)")
+    return text
+
+
+def write_results(comparison: Comparison, out: Path) -> str:
+    """``OUT/table.md``, ``OUT/table.csv`` and ``OUT/figure.png`` of the finished runs; returns
+    the Markdown table."""
     rows = table_rows(comparison, out)
     text = markdown(rows, comparison)
     buffer = io.StringIO()
@@ -284,5 +299,4 @@ def compare(comparison: Comparison, out: str | Path, progress: bool = True) -> s
     write_text(out / "table.md", text)
     write_text(out / "table.csv", buffer.getvalue())
     save_png(figure(comparison, out), out / "figure.png")
-    print(f"compare: {time.perf_counter() - start:.0f} s (training included)")
     return text

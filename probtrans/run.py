@@ -20,7 +20,7 @@ Run folder (:data:`RUN_FILES`):
 
 Two fits with the same specs and seed write byte-identical files, ``timing.json`` aside.
 
-``fit_run`` trains into ``DIR.partial`` and only replaces ``DIR`` once the run is complete, so a
+``fit`` trains into ``DIR.partial`` and only replaces ``DIR`` once the run is complete, so a
 failed or interrupted fit never destroys an earlier run; it replaces ``DIR`` only if that is a run
 folder (or ``force``), and holds the lock ``DIR.lock`` (:mod:`probtrans.lock`) while it works.
 ``DIR.partial/resume.pt`` holds the whole training state after the last finished epoch: fitting
@@ -31,6 +31,7 @@ as ``DIR.unreadable-resume.pt`` and the fit starts over.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import shutil
@@ -47,7 +48,7 @@ import pyro
 import torch
 from torch import nn
 
-from probtrans import metrics, report
+from probtrans import distributed, metrics, report
 from probtrans.checkpoint import (
     UnreadableCheckpoint,
     load_checkpoint,
@@ -382,38 +383,65 @@ def fit(
     :class:`~probtrans.data.DataBundle` instead of the model spec's ``[data]``. Everything
     random is seeded by ``seed`` before the network is built, so two fits with one seed are
     identical. An interrupted fit into the same ``out`` continues from its last finished epoch.
+
+    In a process group (``torchrun``; :mod:`probtrans.distributed`) every process calls ``fit``
+    with the same arguments and they train one model together; rank 0 alone writes the run
+    folder (and evaluates), and every process returns once it is written.
     """
+    processes = distributed.current()
     device, seed = check_device(device), check_seed(seed)
     model_text, model_spec = spec_source(model, load_model_spec)
     inference_text, inference_spec = spec_source(inference, load_inference_spec)
     texts = {"model_spec": model_text, "inference_spec": inference_text}
     if epochs is not None:
         inference_spec = updated(inference_spec, {"train.epochs": epochs}, f"--epochs = {epochs}")
-    out_dir = Path(tempfile.mkdtemp(prefix="probtrans-run-")) if out is None else Path(out)
-    check_replaceable(out_dir, force)
+    if out is None:  # one new folder, the same for every process
+        out = processes.share(lambda: tempfile.mkdtemp(prefix="probtrans-run-"))
+    out_dir = Path(out)
+    processes.share(lambda: check_replaceable(out_dir, force))
     origin = {} if guide is None else {"guide": guide_identity(guide)}
     if data is not None:
         origin["data"] = data.name
     with in_file(model_spec.file):
-        data = load_data(model_spec.data, spec_folder(model_spec)) if data is None else data
+        with processes.main_first():  # rank 0 fills the data cache that the others read
+            data = load_data(model_spec.data, spec_folder(model_spec)) if data is None else data
         pyro.set_rng_seed(seed)  # the initial weights too depend on the seed
         classifier = build_classifier(model_spec, data)
-    with folder_lock(out_dir, "probtrans fit"):
-        check_replaceable(out_dir, force)  # again, now that no other command writes it
-        staging = out_dir.with_name(out_dir.name + ".partial")
-        identity = {**texts, **origin, "seed": seed, "epochs": inference_spec.train.epochs}
-        resumable = open_staging(staging, out_dir, texts, identity, progress, force)
-        run = Run(model_spec, inference_spec, data, classifier, None, staging)
-        run.guide_name = origin.get("guide", "")
-        try:
-            train_and_evaluate(run, resumable, {**texts, **origin}, seed, device, progress, guide)
-        except TrainingDiverged as err:
-            raise ProbtransError(f"{err}. {unfinished(staging)}") from None
-        except BaseException:
-            print(f"note: {unfinished(staging)}", file=sys.stderr)
-            raise
-        _replace_dir(staging, out_dir)
-    run.path = out_dir
+    run = Run(model_spec, inference_spec, data, classifier, None, out_dir)
+    run.guide_name = origin.get("guide", "")
+    staging = out_dir.with_name(out_dir.name + ".partial")
+    identity = {**texts, **origin, "seed": seed, "epochs": inference_spec.train.epochs}
+    if processes.distributed:  # a resume file keeps one random state per process
+        identity["processes"] = processes.size
+    with contextlib.ExitStack() as held:
+        resumable: Resumable | None = None
+
+        def stage() -> None:  # on rank 0
+            nonlocal resumable
+            held.enter_context(folder_lock(out_dir, "probtrans fit"))
+            check_replaceable(out_dir, force)  # again, now that no other command writes it
+            resumable = open_staging(staging, out_dir, texts, identity, progress, force)
+
+        processes.share(stage)
+        if resumable is None:  # another process: it trains, rank 0 writes
+            result = train_classifier(
+                classifier, data, inference_spec, seed=seed, device=device, guide=guide
+            )
+            run.guide = result.guide
+        else:
+            run.path = staging
+            try:
+                train_and_evaluate(
+                    run, resumable, {**texts, **origin}, seed, device, progress, guide
+                )
+            except TrainingDiverged as err:
+                raise ProbtransError(f"{err}. {unfinished(staging)}") from None
+            except BaseException:
+                print(f"note: {unfinished(staging)}", file=sys.stderr)
+                raise
+            _replace_dir(staging, out_dir)
+            run.path = out_dir
+    processes.share(lambda: None)  # every process returns once the folder is written
     return run
 
 

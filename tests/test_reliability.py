@@ -323,11 +323,11 @@ KILLED_FIT = textwrap.dedent(
     where = sys.argv[1]
     if where == "mid_epoch":  # after two training steps (and the loss-scale evaluation)
         loss, calls = train.SVITraining.loss, []
-        def dying_loss(self, *batch):
+        def dying_loss(self, *batch, **options):
             calls.append(1)
             if len(calls) == 4:
                 die()
-            return loss(self, *batch)
+            return loss(self, *batch, **options)
         train.SVITraining.loss = dying_loss
     elif where == "after_epoch":  # right after the epoch's resume state was saved
         save = train.Resumable.save

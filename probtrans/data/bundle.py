@@ -88,17 +88,31 @@ class DataSplit:
         pools of ``POOL_BATCHES`` batches, each pool is sorted by length and cut into batches, and
         the batches of all pools come in random order. Batch sizes are those of plain batching.
         """
-        for index in self._batch_indices(batch_size, shuffle, generator, by_length):
-            inputs, mask = self.inputs[index], None
-            if self.mask is not None and trim:
-                real = self.mask[index].any(0).nonzero()
-                length = int(real.max()) + 1 if len(real) else 1
-                inputs, mask = inputs[:, :length], self.mask[index, :length]
-            yield index, inputs, mask, self.labels[index]
+        for index in self.batch_indices(batch_size, shuffle, generator, by_length):
+            yield self.batch(index, trim)
 
-    def _batch_indices(
-        self, batch_size: int, shuffle: bool, generator: torch.Generator | None, by_length: bool
+    def batch(
+        self, index: Tensor, trim: bool = True
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor]:
+        """The minibatch (index, inputs, mask, labels) of the rows ``index`` (see :meth:`batches`
+        for ``trim``)."""
+        inputs, mask = self.inputs[index], None
+        if self.mask is not None:
+            mask = self.mask[index]
+            if trim:
+                real = mask.any(0).nonzero()
+                length = int(real.max()) + 1 if len(real) else 1
+                inputs, mask = inputs[:, :length], mask[:, :length]
+        return index, inputs, mask, self.labels[index]
+
+    def batch_indices(
+        self,
+        batch_size: int,
+        shuffle: bool = False,
+        generator: torch.Generator | None = None,
+        by_length: bool = False,
     ) -> list[Tensor]:
+        """The row indices of the minibatches :meth:`batches` yields, in order."""
         lengths = self.lengths() if by_length else None
         if lengths is not None and not shuffle:
             return list(torch.sort(lengths, stable=True).indices.split(batch_size))
@@ -143,8 +157,8 @@ class ImageScaling:
             x = pixels.float() / 255.0
         if self.mean is None or self.std is None:
             return x
-        mean = torch.tensor(self.mean, dtype=torch.float32)[:, None, None]
-        std = torch.tensor(self.std, dtype=torch.float32)[:, None, None]
+        mean = torch.tensor(self.mean, dtype=torch.float32, device=x.device)[:, None, None]
+        std = torch.tensor(self.std, dtype=torch.float32, device=x.device)[:, None, None]
         return (x - mean) / std
 
 

@@ -16,6 +16,21 @@ Divergence: a loss that is not finite, a network that produces NaN or infinite v
 per example above ``train.divergence_factor`` times its scale at the start of the fit stops
 training with :class:`TrainingDiverged`, naming the epoch, the step and the likely cause; the
 states saved at earlier epochs are left as they were.
+
+Data-parallel training (:mod:`probtrans.distributed`; ``torchrun --nproc_per_node N``): every
+process draws the same permutation of the training set and takes its share of each global batch
+of ``train.batch_size`` rows (:meth:`~probtrans.distributed.Processes.shard`); the loss is the
+module :class:`ElboObjective`, wrapped in ``DistributedDataParallel``, which averages the
+gradients of the classifier's and the guide's parameters. Each process's loss is weighted by its
+share of the global batch (N · b_r / B), so that the averaged gradient is exactly that of the
+global batch's ELBO whatever the sizes of the shares: for a deterministic model N processes
+follow the path of one process with the same batch size. The validation metric is computed by
+rank 0 and shared, so every process agrees on the best epoch and on early stopping; rank 0
+alone writes the resume file, which keeps every process's random state.
+
+Precision: ``train.precision = "bf16"`` runs the model and guide under ``torch.autocast`` in
+bfloat16 (the SGPA kernel and Cholesky factors stay in float32 / float64); parameters, gradients
+and the optimiser stay in float32.
 """
 
 from __future__ import annotations
@@ -33,14 +48,17 @@ import numpy as np
 import pyro
 import pyro.util
 import torch
+from pyro.infer import ELBO
 from pyro.optim.clipped_adam import ClippedAdam
-from torch import Tensor
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from probtrans import metrics
 from probtrans.checkpoint import load_checkpoint, require, save_checkpoint
 from probtrans.contract import local_params
 from probtrans.data import DataBundle
+from probtrans.distributed import Processes, current
 from probtrans.errors import ProbtransError
 from probtrans.inference.guide import GuideChoice, build_guide, given_guide, guide_parameters
 from probtrans.inference.objective import KLWeight, make_elbo, self_guided
@@ -231,9 +249,37 @@ def validation_metric(
     }
 
 
+class ElboObjective(nn.Module):
+    """The negative ELBO of a batch as a module that holds everything it trains: the classifier
+    and the guide (a module); what ``DistributedDataParallel`` wraps, as Pyro's ``ELBOModule``."""
+
+    def __init__(
+        self, classifier: Classifier, guide: Callable, kl: KLWeight, elbo: ELBO, n_data: int
+    ) -> None:
+        super().__init__()
+        self.classifier = classifier
+        self.guide = guide if isinstance(guide, nn.Module) else None
+        self.model, self.weighted_guide = kl(self_guided(classifier)), kl(guide)
+        self.elbo, self.n_data = elbo, n_data
+
+    def forward(self, index: Tensor, inputs: Tensor, mask: Tensor | None, labels: Tensor) -> Tensor:
+        """The negative ELBO of the batch for a training set of ``n_data`` rows (the plate
+        scales the likelihood by n_data / B)."""
+        return self.elbo.differentiable_loss(
+            self.model,
+            self.weighted_guide,
+            inputs,
+            mask,
+            labels,
+            index=index,
+            n_data=self.n_data,
+        )
+
+
 class SVITraining:
-    """The objects of one fit: self-guided model, guide, KL weight, ELBO, optimiser, schedule and
-    the generator of the batch order."""
+    """The objects of one fit: self-guided model, guide, KL weight, ELBO (:class:`ElboObjective`,
+    under ``DistributedDataParallel`` across processes), optimiser, schedule and the generator of
+    the batch order."""
 
     def __init__(
         self,
@@ -243,8 +289,10 @@ class SVITraining:
         seed: int,
         device: str,
         guide: GuideChoice | None = None,
+        processes: Processes | None = None,
     ) -> None:
         self.classifier, self.data, self.spec, self.device = classifier, data, spec, device
+        self.processes = current() if processes is None else processes
         if guide is None:
             self.guide = build_guide(classifier, spec.guide, data.train, device)
         else:
@@ -255,13 +303,54 @@ class SVITraining:
         )
         n_train = len(data.train)
         self.kl = KLWeight.from_spec(spec.elbo, classifier, n_train)
-        self.model, self.weighted_guide = self.kl(self_guided(classifier)), self.kl(self.guide)
-        self.elbo = make_elbo(spec.elbo)
+        elbo = make_elbo(spec.elbo)
+        self.objective = ElboObjective(classifier, self.guide, self.kl, elbo, n_train)
+        self.step_loss: nn.Module = self.objective
+        if self.processes.distributed:
+            self.step_loss = self.data_parallel(guide_params)
         self.steps_per_epoch = math.ceil(n_train / spec.train.batch_size)
         params = [*classifier.parameters(), *guide_params.values()]
         total = spec.train.epochs * self.steps_per_epoch
         self.optimizer, self.schedule = make_optimizer(spec.optim, params, total)
         self.generator = torch.Generator().manual_seed(seed)
+
+    def data_parallel(self, guide_params: dict[str, Tensor]) -> DistributedDataParallel:
+        """The objective under ``DistributedDataParallel``, which averages the gradients of every
+        parameter it holds across processes: the guide's must be in modules."""
+        held = {id(p) for p in self.objective.parameters()}
+        outside = [name for name, p in guide_params.items() if id(p) not in held]
+        if outside:
+            raise ProbtransError(
+                f"data-parallel training: the guide's parameters {outside[:3]} are pyro.param "
+                f"statements in the global param store, which DistributedDataParallel cannot "
+                f"average; write the guide as a PyroModule (or use an autoguide) to train it on "
+                f"several processes"
+            )
+        if self.spec.train.batch_size < self.processes.size:
+            raise ProbtransError(
+                f"train.batch_size = {self.spec.train.batch_size}: smaller than the "
+                f"{self.processes.size} processes; each process needs rows of every batch"
+            )
+        on_gpu = torch.device(self.device).type == "cuda"
+        return DistributedDataParallel(
+            self.objective,
+            device_ids=[torch.cuda.current_device()] if on_gpu else None,
+            find_unused_parameters=self.has_unused_parameters(),
+        )
+
+    def has_unused_parameters(self) -> bool:
+        """Whether a training step leaves a parameter without a gradient (e.g. one that only
+        the predictive uses), found by one step on two training rows; leaves the gradients and
+        every random generator as they were."""
+        rng = pyro.util.get_rng_state()
+        params = [p for p in self.objective.parameters() if p.requires_grad]
+        try:
+            self.loss(*next(self.data.train.batches(2))).backward()
+            return any(p.grad is None for p in params)
+        finally:
+            for p in params:
+                p.grad = None
+            pyro.util.set_rng_state(rng)
 
     def stateful(self) -> dict[str, Stateful]:
         """Everything with a state that changes during training, by its key in the resume file."""
@@ -275,19 +364,31 @@ class SVITraining:
         )
         return dict(zip(STATEFUL_KEYS, objects, strict=True))
 
-    def loss(self, index: Tensor, inputs: Tensor, mask: Tensor | None, labels: Tensor) -> Tensor:
-        """The negative ELBO of a batch, for the whole training set (the plate scales it)."""
-        inputs, labels = inputs.to(self.device), labels.to(self.device)
-        mask = None if mask is None else mask.to(self.device)
-        return self.elbo.differentiable_loss(
-            self.model,
-            self.weighted_guide,
-            inputs,
-            mask,
-            labels,
-            index=index.to(self.device),
-            n_data=len(self.data.train),
+    def to_device(self, tensor: Tensor) -> Tensor:
+        """A batch tensor on the training device; to a GPU through pinned memory, asynchronously."""
+        if torch.device(self.device).type != "cuda":
+            return tensor
+        return tensor.pin_memory().to(self.device, non_blocking=True)
+
+    def loss(
+        self,
+        index: Tensor,
+        inputs: Tensor,
+        mask: Tensor | None,
+        labels: Tensor,
+        objective: nn.Module | None = None,
+    ) -> Tensor:
+        """The negative ELBO of a batch, for the whole training set (the plate scales it), by
+        ``objective`` (default: the objective without ``DistributedDataParallel``), in the
+        spec's precision."""
+        batch = [None if t is None else self.to_device(t) for t in (index, inputs, mask, labels)]
+        autocast = torch.autocast(
+            torch.device(self.device).type,
+            dtype=torch.bfloat16,
+            enabled=self.spec.train.precision == "bf16",
         )
+        with autocast:
+            return (objective or self.objective)(*batch)
 
     @torch.no_grad()
     def loss_scale(self) -> float:
@@ -308,9 +409,9 @@ class SVITraining:
         """One pass over the shuffled training data; returns the mean ELBO per example. Raises
         :class:`TrainingDiverged` when the loss per example is not finite or exceeds ``limit``,
         or the network's values are."""
-        n_train, train = len(self.data.train), self.spec.train
+        n_train, train, processes = len(self.data.train), self.spec.train, self.processes
         self.classifier.train()
-        batches = self.data.train.batches(
+        batches = self.data.train.batch_indices(
             train.batch_size,
             shuffle=True,
             generator=self.generator,
@@ -325,19 +426,25 @@ class SVITraining:
             disable=not progress,
         )
         total = 0.0
-        for step, batch in enumerate(bar):
+        for step, index in enumerate(bar):
             self.kl.annealing = kl_annealing_at(self.spec, epoch - 1 + step / self.steps_per_epoch)
             self.optimizer.zero_grad()
+            part = processes.shard(index)
+            share = len(part) / len(index)  # of the global batch; 0 for a part left empty
+            batch = self.data.train.batch(part if len(part) else index[:1])
+            loss, invalid = None, 0.0
             try:
-                loss = self.loss(*batch)
+                loss = self.loss(*batch, objective=self.step_loss) * (processes.size * share)
             except ValueError as err:  # Pyro's check of a distribution's parameters
                 if "invalid values" not in str(err):
                     raise
+                invalid = 1.0
+            weighted = 0.0 if loss is None else loss.item() / processes.size
+            stats = torch.tensor([weighted, invalid], dtype=torch.float64)
+            value, invalid = processes.sum(stats).tolist()
+            if invalid:
                 what = "the network produced NaN or infinite values"
-                raise TrainingDiverged(
-                    epoch, step + 1, self.steps_per_epoch, what, self.spec
-                ) from None
-            value = loss.item()
+                raise TrainingDiverged(epoch, step + 1, self.steps_per_epoch, what, self.spec)
             per_example = value / n_train
             if not per_example <= limit:  # also NaN
                 what = f"the loss per example is {per_example:.4g} (limit {limit:.4g})"
@@ -377,18 +484,28 @@ def train_classifier(
     called with every new best state and the guide (e.g. to write a checkpoint). With
     ``resumable``, the state is saved there after every epoch, and a matching saved state is
     continued instead of starting over.
+
+    In a process group (:func:`probtrans.distributed.current`), every process calls this with
+    the same arguments; rank 0's ``resumable`` and ``on_improve`` are used and the others' are
+    ignored (see the module docstring).
     """
+    processes = current()
     pyro.set_rng_seed(seed)
     classifier.to(device)
-    svi = SVITraining(classifier, data, spec, seed, device, guide)
+    svi = SVITraining(classifier, data, spec, seed, device, guide, processes)
     state = TrainingState()
-    if resumable is not None and resumable.saved is not None:
-        state = TrainingState.from_dict(resumable.saved)
+    saved = processes.share(lambda: None if resumable is None else resumable.saved)
+    if saved is not None:
+        state = TrainingState.from_dict(saved)
         for key, stateful in svi.stateful().items():
-            stateful.load_state_dict(resumable.saved[key])
-    last = state.epoch if state.stopped else spec.train.epochs
+            rng = key == "rng" and processes.distributed  # one random state per process
+            stateful.load_state_dict(saved[key][processes.rank] if rng else saved[key])
     limit = spec.train.divergence_factor * svi.loss_scale()
+    if saved is None and not processes.is_main:  # its own attention noise and posterior draws
+        pyro.set_rng_seed(int(np.random.SeedSequence((seed, processes.rank)).generate_state(1)[0]))
+    last = state.epoch if state.stopped else spec.train.epochs
     monitor = f"val_{spec.train.monitor}"
+    progress = progress and processes.is_main
     bar = tqdm(
         range(state.epoch + 1, last + 1),
         desc="SVI",
@@ -404,12 +521,14 @@ def train_classifier(
             "elbo": svi.epoch(epoch, progress, limit),
             "kl_annealing": svi.kl.annealing,
         }
-        record.update(validation_metric(classifier, svi.guide, data, spec, device))
+        record.update(
+            processes.share(lambda: validation_metric(classifier, svi.guide, data, spec, device))
+        )
         state.history.append(record)
         value = record[monitor]
         if improves(value, state.best, spec.train.monitor):
             state.best, state.bad_epochs = svi.best_state(epoch, value), 0
-            if on_improve is not None:
+            if on_improve is not None and processes.is_main:
                 on_improve(state.best, svi.guide)
         else:
             state.bad_epochs += 1
@@ -417,9 +536,12 @@ def train_classifier(
         state.epoch = epoch
         state.stopped = bool(spec.train.patience) and state.bad_epochs >= spec.train.patience
         state.seconds += time.perf_counter() - started
-        if resumable is not None:
+        if resumable is not None or processes.distributed:
             stateful = {key: item.state_dict() for key, item in svi.stateful().items()}
-            resumable.save({**state.as_dict(), **stateful})
+            if processes.distributed:  # every process's random state, on rank 0
+                stateful["rng"] = processes.gather(stateful["rng"])
+            if resumable is not None and processes.is_main:
+                resumable.save({**state.as_dict(), **stateful})
         if state.stopped:
             break
     bar.close()

@@ -69,6 +69,7 @@ class TrainSpec(Spec):
 
     epochs: PositiveInt = 30
     batch_size: PositiveInt = 64
+    """Rows per optimiser step; with N processes (torchrun), each takes about batch_size / N."""
     patience: NonNegativeInt = 0
     """Stop after this many epochs without improvement; 0 = never."""
     monitor: Literal["accuracy", "mcc", "nll"] = "accuracy"
@@ -77,6 +78,9 @@ class TrainSpec(Spec):
     """Posterior samples of the validation metric."""
     group_by_length: bool = False
     """Token data: batches of texts of similar length (less padding)."""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """``bf16``: the model and guide run under ``torch.autocast`` in bfloat16 (the SGPA kernel
+    and Cholesky factors stay in float32 / float64; parameters and the optimiser in float32)."""
     divergence_factor: Annotated[float, Field(gt=1)] = 1000.0
     """Training stops as diverged when the loss per example exceeds this many times its size at
     the start (the first batch's, with every KL term at full weight, at least 1 nat)."""

@@ -1,0 +1,250 @@
+"""Data-parallel training on torch.distributed: 2 processes on CPU (gloo, loopback only) follow
+the path of one process, train a stochastic model into one complete run folder, and resume after
+a kill; the pieces that need no process group are checked in this process."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from probtrans.checkpoint import load_checkpoint
+from probtrans.cli import main
+from probtrans.distributed import Processes
+from probtrans.errors import ProbtransError
+from probtrans.inference.train import SVITraining
+from probtrans.model import build_classifier
+from probtrans.resolve import load_inference_spec
+from probtrans.run import read_probs
+from probtrans.specs import updated
+from tests.conftest import ROOT, TINY_MODEL, inference_file, tiny_spec
+
+#: the deterministic digits model of (a): softmax attention, no dropout
+SOFTMAX_MODEL = TINY_MODEL.replace(
+    'kind = "h_sto"\ntau1 = 1.0\ntau2 = 2.0\nn_centroids = 3', 'kind = "softmax"'
+)
+#: 865 training rows in batches of 27: parts of 14 and 13 rows, and a last batch of one row,
+#: which leaves rank 1 with nothing (its loss then weighs 0)
+MAP_27 = """
+[guide]
+name = "delta"
+
+[optim]
+lr = 5e-3
+
+[train]
+epochs = 2
+batch_size = 27
+val_samples = 1
+
+[predictive]
+samples = 2
+"""
+NORMAL = """
+[guide]
+name = "normal"
+
+[optim]
+lr = 5e-3
+
+[train]
+epochs = 3
+batch_size = 32
+val_samples = 2
+
+[predictive]
+samples = 3
+"""
+#: a process that SIGKILLs itself right after rank 0 saved the resume state of epoch 2
+KILLED_AFTER_EPOCH_2 = textwrap.dedent(
+    """
+    import os, signal, sys
+    import probtrans.inference.train as train
+    from probtrans.cli import main
+
+    save = train.Resumable.save
+    def dying_save(self, state):
+        save(self, state)
+        if state["epoch"] == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+    train.Resumable.save = dying_save
+    sys.exit(main(sys.argv[1:]))
+    """
+)
+
+
+#: the files of a finished run folder
+RUN_FOLDER = {
+    "checkpoint.pt",
+    "data.json",
+    "data.pt",
+    "history.json",
+    "inference.toml",
+    "metrics.json",
+    "model.toml",
+    "predictive.nc",
+    "probs.npz",
+    "report.png",
+    "timing.json",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def torchrun(*command: str, processes: int = 2) -> subprocess.CompletedProcess:
+    """``torchrun --nproc_per_node N`` of ``command`` (a script and its arguments, or ``-m
+    probtrans ...``) on this machine's loopback interface, at most 5 minutes."""
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
+    launcher += ["--master_addr", "127.0.0.1", "--master_port", str(free_port())]
+    return subprocess.run(
+        [*launcher, *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def fit_command(model: Path, inference: Path, out: Path) -> list[str]:
+    return ["fit", str(model), "--inference", str(inference), "--out", str(out), "--quiet"]
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    state = load_checkpoint(folder / "checkpoint.pt")
+    return {**state["model_state"], **state["guide_state"]}
+
+
+def test_two_processes_with_half_batches_follow_one_process_with_the_whole_batch(tmp_path):
+    """(a) A deterministic model (softmax attention, delta guide, dropout 0): 2 ranks × parts of
+    a 27-row batch end 66 Adam steps where 1 process with 27-row batches does, to 1e-5.
+
+    The key bias is left out of the comparison: softmax attention is invariant to it, so its
+    gradient is zero up to rounding, and Adam, which divides by the gradient's scale, turns that
+    rounding noise into full-size steps that differ with any change in summation order (also
+    between two batch sizes in one process). The logits it cannot change are compared instead."""
+    model = tmp_path / "softmax.toml"
+    model.write_text(SOFTMAX_MODEL)
+    inference = inference_file(tmp_path, "map27.toml", MAP_27)
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main(fit_command(model, inference, one)) == 0
+    child = torchrun("-m", "probtrans", *fit_command(model, inference, two))
+    assert child.returncode == 0, child.stderr
+
+    single, parallel = weights(one), weights(two)
+    key_bias = slice(16, 32)  # qkv.bias holds the query, key and value biases of width 16
+    for name, value in single.items():
+        if name.endswith("attn.qkv.bias"):
+            value, parallel[name] = value.clone(), parallel[name].clone()
+            value[key_bias] = parallel[name][key_bias] = 0
+        torch.testing.assert_close(parallel[name], value, rtol=0, atol=1e-5, msg=name)
+    history = [json.loads((f / "history.json").read_text()) for f in (one, two)]
+    assert len(history[0]) == len(history[1]) == 2
+    for a, b in zip(*history, strict=True):
+        assert a["elbo"] == pytest.approx(b["elbo"], rel=1e-6)
+        assert a["val_nll"] == pytest.approx(b["val_nll"], rel=1e-5)
+    single_probs, parallel_probs = (read_probs(f / "probs.npz")[0]["plain"] for f in (one, two))
+    for split, value in single_probs.items():  # the network's outputs, key bias included
+        np.testing.assert_allclose(parallel_probs[split], value, rtol=0, atol=1e-5, err_msg=split)
+
+
+def test_two_processes_train_a_stochastic_model_into_one_run_folder_and_resume_after_a_kill(
+    tmp_path,
+):
+    """(b) H-STO with the normal guide on 2 processes writes one complete run folder, with every
+    process exiting 0; (c) the same fit with a process killed right after epoch 2's resume state
+    was saved stops, and the same command continues it to the files of the uninterrupted fit."""
+    model = tmp_path / "h_sto.toml"
+    model.write_text(TINY_MODEL.replace("dropout = 0.0", "dropout = 0.1"))
+    inference = inference_file(tmp_path, "normal.toml", NORMAL)
+    straight = tmp_path / "straight"
+    child = torchrun("-m", "probtrans", *fit_command(model, inference, straight))
+    assert child.returncode == 0, child.stderr
+    assert "run written to" in child.stdout and child.stdout.count("metric ") == 1  # rank 0 only
+    assert {p.name for p in straight.iterdir()} == RUN_FOLDER
+    metrics = json.loads((straight / "metrics.json").read_text())
+    assert metrics["epochs"] == 3 and 0 < metrics["accuracy"] <= 1
+    assert len(json.loads((straight / "history.json").read_text())) == 3
+
+    killed = tmp_path / "killed"
+    script = tmp_path / "killed_after_epoch_2.py"
+    script.write_text(KILLED_AFTER_EPOCH_2)
+    child = torchrun(str(script), *fit_command(model, inference, killed))
+    assert child.returncode != 0 and not killed.exists()
+    staging = tmp_path / "killed.partial"
+    state = load_checkpoint(staging / "resume.pt")
+    assert state["epoch"] == 2 and len(state["rng"]) == 2  # one random state per process
+
+    again = torchrun("-m", "probtrans", *fit_command(model, inference, killed))
+    assert again.returncode == 0, again.stderr
+    assert "took over the stale lock" in again.stderr and not staging.exists()
+    assert {p.name for p in killed.iterdir()} == RUN_FOLDER
+    for name in ("history.json", "metrics.json", "probs.npz"):
+        assert (killed / name).read_bytes() == (straight / name).read_bytes(), name
+    for name, value in weights(straight).items():
+        torch.testing.assert_close(weights(killed)[name], value, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------- without a process group
+def test_each_process_takes_every_nth_row_of_a_global_batch():
+    index = torch.arange(27)
+    parts = [Processes(rank, 4).shard(index) for rank in range(4)]
+    assert sorted(torch.cat(parts).tolist()) == list(range(27))  # disjoint, complete
+    assert [len(p) for p in parts] == [7, 7, 7, 6]
+    assert parts[1].tolist() == [1, 5, 9, 13, 17, 21, 25]
+    assert Processes().shard(index).tolist() == index.tolist()
+
+
+def test_one_process_shares_and_gathers_its_own_values():
+    one = Processes()
+    assert one.is_main and not one.distributed
+    assert one.share(lambda: {"a": 1}) == {"a": 1} and one.gather(3) == [3]
+    total = torch.tensor([1.0, 2.0])
+    assert one.sum(total).tolist() == [1.0, 2.0] and one.sum(total) is not total
+    with pytest.raises(ProbtransError, match="bad"):
+        one.share(lambda: (_ for _ in ()).throw(ProbtransError("bad")))
+
+
+def training(digits, **train) -> tuple:
+    spec = load_inference_spec(ROOT / "inference" / "map.toml")
+    spec = updated(spec, {f"train.{k}": v for k, v in train.items()}, "test")
+    return build_classifier(tiny_spec(prior="last_layer"), digits), digits, spec
+
+
+def test_a_batch_smaller_than_the_processes_is_refused(digits):
+    classifier, data, spec = training(digits, batch_size=3)
+    with pytest.raises(ProbtransError, match=r"train.batch_size = 3: smaller than the 4 processes"):
+        SVITraining(classifier, data, spec, 0, "cpu", processes=Processes(0, 4))
+
+
+def test_a_guide_with_global_param_store_parameters_is_refused_on_several_processes(digits):
+    import pyro
+    import pyro.distributions as dist
+
+    classifier, data, spec = training(digits)
+
+    def guide(inputs, mask, labels, index=None, n_data=None):  # a hand-written guide
+        for name, site in classifier.initial_weights.items():
+            loc = pyro.param(f"{name}_loc", site.detach().clone())
+            pyro.sample(name, dist.Delta(loc, event_dim=site.dim()))
+
+    with pytest.raises(ProbtransError, match="global param store.*PyroModule"):
+        SVITraining(classifier, data, spec, 0, "cpu", guide, processes=Processes(0, 2))
+
+
+def test_commands_other_than_fit_and_compare_refuse_several_processes(
+    tiny_run, monkeypatch, capsys
+):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["evaluate", str(tiny_run)]) == 2
+    assert "probtrans evaluate runs as one process; start it without torchrun" in (
+        capsys.readouterr().err
+    )
