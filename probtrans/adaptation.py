@@ -238,7 +238,7 @@ def corrections_objective(
     q_c = q.gather(2, rows.expand(batch, heads, -1, d))
     corrected = log_joint(q_c, mix.replace(log_prior=prior_c), values).logsumexp(-1).sum(-1)
     others = log_joint(q, mix.replace(log_prior=log_prior)).logsumexp(-1)  # (B, H, n)
-    uncorrected = torch.ones(batch, n, dtype=torch.bool).scatter(1, index, False)
+    uncorrected = torch.ones(batch, n, dtype=torch.bool, device=q.device).scatter(1, index, False)
     if mix.mask is not None:
         uncorrected = uncorrected & mix.mask
     total = corrected + _masked_sum(others, uncorrected)

@@ -18,6 +18,10 @@ Models emit sites through :func:`sample_attention` and :func:`kl_term`; the obje
   written to the global param store, and nothing global changes. Models are built under it, so
   they can then be called in either mode; the guides probtrans builds always keep their
   parameters locally (:func:`keep_params_local`), so two runs in one session never share one.
+- *Mixed precision*: training may run a model under ``torch.autocast`` (bfloat16); the parts
+  that must not be rounded to bfloat16 (SGPA's kernel matrices, Cholesky factors and GP
+  conditionals, the Gaussian-mixture units, SNGP's spectral norm and random features, the
+  classifier's logits) leave it with :func:`autocast_off` and compute in :func:`full_precision`.
 - *Attention sites are no guide's business*: an autoguide built on a model whose attention sites
   are visible would become a per-example guide over attention matrices; :func:`sample_attention`
   refuses that and names :func:`probtrans.self_guided`.
@@ -33,6 +37,7 @@ from typing import Any
 
 import pyro
 import pyro.distributions as dist
+import torch
 from pyro.infer.autoguide.guides import prototype_hide_fn
 from pyro.nn import PyroModule
 from pyro.poutine.block_messenger import BlockMessenger
@@ -136,3 +141,15 @@ def fused_attention() -> Iterator[None]:
 
 def fused_attention_enabled() -> bool:
     return _FUSED.get()
+
+
+def full_precision(x: Tensor) -> Tensor:
+    """``x`` in float32, or as it is if it is wider (float64): a bfloat16 or float16 tensor of an
+    autocast region comes back in float32."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def autocast_off(x: Tensor) -> torch.autocast:
+    """A block in which autocast is off on the device type of ``x``: its operations run in the
+    dtype of their inputs (made :func:`full_precision`), even inside an autocast region."""
+    return torch.autocast(x.device.type, enabled=False)

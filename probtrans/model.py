@@ -16,6 +16,7 @@ per-data-set objective with the likelihood scaled by N / B.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import pyro
 import pyro.distributions as dist
@@ -25,7 +26,7 @@ from pyro.nn.module import to_pyro_module_
 from pyro.poutine.runtime import am_i_wrapped, get_plates
 from torch import Tensor, nn
 
-from probtrans.contract import local_params
+from probtrans.contract import full_precision, local_params
 from probtrans.data import DataBundle
 from probtrans.encoder import Encoder
 from probtrans.errors import ConfigError, ProbtransError
@@ -69,6 +70,21 @@ class TokenEmbedding(nn.Module):
                 f"model.max_positions = {self.position.shape[0]}"
             )
         return self.token(ids) + self.position[: ids.shape[1]]
+
+
+@dataclass(frozen=True)
+class WeightPrior:
+    """The prior Normal(0, scale²) of a weight of ``shape``, as the ``PyroSample`` of the module
+    holding the weight: built on each draw from that module's ``prior_loc`` buffer (a scalar 0),
+    so that it is on the module's device and dtype after ``classifier.to(device)``."""
+
+    shape: torch.Size
+    scale: float
+
+    def __call__(self, module: nn.Module) -> dist.Distribution:
+        # a full-shape (not expanded) mean: guides initialised at it get writable parameters
+        loc = module.prior_loc.expand(self.shape).clone()
+        return dist.Normal(loc, self.scale).to_event(len(self.shape))
 
 
 class Classifier(PyroModule):
@@ -135,11 +151,9 @@ class Classifier(PyroModule):
                 site = f"{prefix}{module_name}.{name}" if module_name else f"{prefix}{name}"
                 self.initial_weights[site.removesuffix(".")] = param.detach().clone()
                 delattr(module, name)
-                setattr(
-                    module,
-                    name,
-                    PyroSample(dist.Normal(torch.zeros_like(param), scale).to_event(param.dim())),
-                )
+                if not hasattr(module, "prior_loc"):
+                    module.register_buffer("prior_loc", param.new_zeros(()), persistent=False)
+                setattr(module, name, PyroSample(WeightPrior(param.shape, scale)))
 
     def sample_globals(self) -> None:
         """Draw every global site (``PyroSample`` attributes: weight priors, inducing variables)
@@ -190,13 +204,12 @@ class Classifier(PyroModule):
             )
         self.sample_globals()
         size = len(inputs) if n_data is None else n_data
-        subsample = (
-            index if index is not None else (torch.arange(size) if size == len(inputs) else None)
-        )
-        with pyro.plate("data", size, subsample_size=len(inputs), subsample=subsample):
+        if index is None and size == len(inputs):  # the batch is the whole data set
+            index = torch.arange(size, device=inputs.device)
+        with pyro.plate("data", size, subsample_size=len(inputs), subsample=index):
             features = self.feature_map(self.encode(inputs, mask))  # (B, D)
             pyro.deterministic("features", features, event_dim=1)
-            logits = self.head(features)
+            logits = full_precision(self.head(features))  # float32 in an autocast region
             pyro.deterministic("probs", logits.softmax(-1), event_dim=1)
             pyro.deterministic("energy", -logits.logsumexp(-1))  # free energy (Liu et al. 2020)
             pyro.sample("obs", dist.Categorical(logits=logits), obs=labels)

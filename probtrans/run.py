@@ -176,7 +176,7 @@ class Run:
                     f"{kept} samples"
                 )
             return {name: value[:samples] for name, value in self.draws.items()}
-        return seeded_draws(self.guide, samples, self.data.val, seed)
+        return seeded_draws(self.guide, samples, self.data.val, seed, self.device)
 
     def predictives(
         self, samples: int, device: str = "cpu", progress: bool = False, seed: int = 0
@@ -283,12 +283,13 @@ class Run:
 
 
 def seeded_draws(
-    guide: Callable, samples: int, split: DataSplit, seed: int
+    guide: Callable, samples: int, split: DataSplit, seed: int, device: str = "cpu"
 ) -> dict[str, torch.Tensor]:
     """S draws of the guide's global sites, seeded: those :meth:`Run.posterior_samples` gives,
-    and those a run folder keeps for a guide given in Python."""
+    and those a run folder keeps for a guide given in Python (the guide's parameters and
+    ``device`` alike)."""
     pyro.set_rng_seed(seed)
-    return posterior_draws(guide, samples, split)
+    return posterior_draws(guide, samples, split, device)
 
 
 def check_seed(seed: int, option: str = "--seed") -> int:
@@ -504,7 +505,7 @@ def train_and_evaluate(
             posterior = {"guide_state": best.guide_state}
         else:  # a guide given in Python cannot be rebuilt from a file: keep its draws
             rng = pyro.util.get_rng_state()  # training goes on with the random state as it was
-            draws = seeded_draws(trained, samples, run.data.val, seed)
+            draws = seeded_draws(trained, samples, run.data.val, seed, device)
             pyro.util.set_rng_state(rng)
             posterior = {"posterior_draws": {name: v.cpu() for name, v in draws.items()}}
         save_checkpoint(

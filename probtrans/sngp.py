@@ -24,6 +24,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
+from probtrans.contract import autocast_off, full_precision
+
 
 class SpectralNormBound(nn.Module):
     """Parametrisation W ↦ W · min(1, c / σ̂(W)) of a (out, in) weight; the power iteration
@@ -33,8 +35,9 @@ class SpectralNormBound(nn.Module):
         super().__init__()
         self.bound, self.iterations = bound, iterations
         out_features, in_features = weight.shape
-        self.register_buffer("u", nn.functional.normalize(torch.randn(out_features), dim=0))
-        self.register_buffer("v", nn.functional.normalize(torch.randn(in_features), dim=0))
+        like = {"dtype": weight.dtype, "device": weight.device}
+        self.register_buffer("u", nn.functional.normalize(torch.randn(out_features, **like), dim=0))
+        self.register_buffer("v", nn.functional.normalize(torch.randn(in_features, **like), dim=0))
         self.power_iteration(weight, steps=20)  # start from a converged estimate
 
     @torch.no_grad()
@@ -45,10 +48,13 @@ class SpectralNormBound(nn.Module):
             self.u = nn.functional.normalize(weight @ self.v, dim=0)
 
     def forward(self, weight: Tensor) -> Tensor:
-        if self.training:
-            self.power_iteration(weight, self.iterations)
-        sigma = self.u @ weight @ self.v  # σ̂(W), differentiable in W (Miyato et al. eq. 13)
-        return weight * torch.clamp(self.bound / sigma, max=1.0)
+        """The bounded weight; in an autocast region too, u, v and σ̂ stay in the weight's
+        dtype (autocast off)."""
+        with autocast_off(weight):
+            if self.training:
+                self.power_iteration(weight, self.iterations)
+            sigma = self.u @ weight @ self.v  # σ̂(W), differentiable in W (Miyato et al. eq. 13)
+            return weight * torch.clamp(self.bound / sigma, max=1.0)
 
 
 def spectral_normalise(module: nn.Module, bound: float, iterations: int = 1) -> nn.Module:
@@ -71,5 +77,9 @@ class RandomFeatures(nn.Module):
         self.register_buffer("phase", 2 * math.pi * torch.rand(n_features))
 
     def forward(self, h: Tensor) -> Tensor:
-        projection = h @ self.omega.T / self.lengthscale + self.phase
-        return math.sqrt(2.0 / len(self.phase)) * torch.cos(projection)
+        """φ(h), in float32 at least, with autocast off: the phases Ω h / ℓ + b, several times
+        2π, would lose their fractional part to bfloat16."""
+        h = full_precision(h)
+        with autocast_off(h):
+            projection = h @ self.omega.T / self.lengthscale + self.phase
+            return math.sqrt(2.0 / len(self.phase)) * torch.cos(projection)

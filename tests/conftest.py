@@ -1,4 +1,6 @@
-"""Shared fixtures: a tiny model spec on the embedded digits data."""
+"""Shared fixtures: a tiny model spec on the embedded digits data, and the device of the tests
+that take the ``device`` fixture (``pytest --device cuda``: the model, attention, SGPA,
+predictive and training tests on the GPU)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from pathlib import Path
 import pyro
 import pytest
 import torch
+from pyro import poutine
+from torch import Tensor
 
 from probtrans.attention import default_options
 from probtrans.data import DataSplit, load_data
@@ -40,6 +44,24 @@ weights = "last_layer"
 """
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="device of the tests that take the `device` fixture (default: cpu)",
+    )
+
+
+@pytest.fixture
+def device(request: pytest.FixtureRequest) -> str:
+    """The ``--device`` option: "cpu", or "cuda" (the test is skipped without a CUDA device)."""
+    name = request.config.getoption("--device")
+    if name == "cuda" and not torch.cuda.is_available():
+        pytest.skip("--device cuda: no CUDA device on this machine")
+    return name
+
+
 @pytest.fixture(autouse=True)
 def _fresh_pyro():
     pyro.clear_param_store()
@@ -60,6 +82,25 @@ def ragged_split(n: int, longest: int, seed: int = 0) -> DataSplit:
     mask = torch.arange(longest) < lengths[:, None]  # (n, longest)
     ids = torch.randint(1, 20, (n, longest), generator=generator) * mask
     return DataSplit(ids, torch.randint(0, 2, (n,), generator=generator), mask)
+
+
+def autocast_pass(
+    layer: torch.nn.Module, x: Tensor, mask: Tensor | None, bfloat16: bool, seed: int = 0
+) -> tuple[Tensor, Tensor]:
+    """Forward pass of an attention ``layer`` (traced: SGPA's KL factor is an observed site) with
+    the draws of ``seed``, in a CPU bfloat16 autocast region or not, and the backward pass of
+    Σ out² → the output and the gradients of all parameters, concatenated."""
+    layer.zero_grad()
+    pyro.set_rng_seed(seed)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
+        out = poutine.trace(layer).get_trace(x, mask).nodes["_RETURN"]["value"]
+    out.float().pow(2).sum().backward()
+    return out.detach(), torch.cat([p.grad.flatten() for p in layer.parameters()])
+
+
+def relative_error(value: Tensor, reference: Tensor) -> float:
+    """‖value − reference‖ / ‖reference‖ (in float32)."""
+    return float((value.float() - reference.float()).norm() / reference.float().norm())
 
 
 def tiny_spec(kind: str = "h_sto", prior: str = "none", **attention) -> ModelSpec:

@@ -3,6 +3,8 @@ closed forms against numerical maximisers, and how corrections propagate."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -33,9 +35,11 @@ from probtrans.segmentation import SegmentationModel, SegmentationSpec
 TOL = 1e-9
 
 
-def random_problem(seed: int, n: int = 9, d: int = 4, m: int = 3, simplex: bool = False):
+def random_problem(
+    seed: int, n: int = 9, d: int = 4, m: int = 3, simplex: bool = False, device: str = "cpu"
+):
     """Queries (2, 3, n, d) and a float64 mixture with per-unit precisions, row-specific
-    priors and one padding unit in the second batch element."""
+    priors and one padding unit in the second batch element, on ``device``."""
     g = torch.Generator().manual_seed(seed)
     opts = {"generator": g, "dtype": torch.float64}
     mask = torch.ones(2, n, dtype=torch.bool)
@@ -49,13 +53,15 @@ def random_problem(seed: int, n: int = 9, d: int = 4, m: int = 3, simplex: bool 
         log_prior=mask_units(torch.randn(2, 3, n, n, **opts), mask).log_softmax(-1),
         mask=mask,
     )
-    return 1.5 * torch.randn(2, 3, n, d, **opts), mix
+    q = 1.5 * torch.randn(2, 3, n, d, **opts)
+    moved = {field.name: getattr(mix, field.name).to(device) for field in dataclasses.fields(mix)}
+    return q.to(device), mix.replace(**moved)
 
 
-def corrections_for(seed: int, n: int = 9, s: int = 3, m: int = 3):
+def corrections_for(seed: int, n: int = 9, s: int = 3, m: int = 3, device: str = "cpu"):
     g = torch.Generator().manual_seed(100 + seed)
     index = torch.stack([torch.randperm(n - 1, generator=g)[:s] for _ in range(2)])
-    return index, torch.randn(2, s, m, generator=g, dtype=torch.float64)
+    return index.to(device), torch.randn(2, s, m, generator=g, dtype=torch.float64).to(device)
 
 
 def maximise(objective, start: torch.Tensor, steps: int = 300) -> torch.Tensor:
@@ -184,10 +190,10 @@ SETTINGS = [
 
 
 @pytest.mark.parametrize("settings", SETTINGS)
-def test_corrections_em_never_decreases_the_posterior(settings):
+def test_corrections_em_never_decreases_the_posterior(settings, device):
     for seed in range(3):
-        q, mix = random_problem(seed)
-        index, values = corrections_for(seed)
+        q, mix = random_problem(seed, device=device)
+        index, values = corrections_for(seed, device=device)
         beta = None
         if "theta_beta1" in settings:
             rate = settings.get("theta_beta2") or (settings["theta_beta1"] - 1) / mix.beta

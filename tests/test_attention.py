@@ -1,4 +1,5 @@
-"""Attention kinds: the paper's equations, recomputed independently from the traced sites."""
+"""Attention kinds: the paper's equations, recomputed independently from the traced sites, on
+the ``--device`` of the test run."""
 
 from __future__ import annotations
 
@@ -29,20 +30,20 @@ def output(attn, weights, v):
 
 
 @pytest.fixture
-def x():
-    return torch.randn(B, L, D)
+def x(device):
+    return torch.randn(B, L, D, device=device)
 
 
 @pytest.fixture
-def padding():
-    mask = torch.ones(B, L, dtype=torch.bool)
+def padding(device):
+    mask = torch.ones(B, L, dtype=torch.bool, device=device)
     mask[0, 3:] = False
     mask[2, 1:] = False
     return mask
 
 
 def test_softmax_matches_handwritten_scaled_dot_product(x, padding):
-    attn = SoftmaxAttention(D, H)
+    attn = SoftmaxAttention(D, H).to(x.device)
     q, k, v = heads(attn, x)
     logits = q @ k.transpose(-1, -2) / math.sqrt(D // H)
     weights = logits.masked_fill(~padding[:, None, None, :], -math.inf).softmax(-1)
@@ -50,7 +51,7 @@ def test_softmax_matches_handwritten_scaled_dot_product(x, padding):
 
 
 def test_sto_site_is_relaxed_categorical_of_qk_and_output_uses_the_sample(x, padding):
-    attn = StochasticAttention(D, H, tau=3.0)
+    attn = StochasticAttention(D, H, tau=3.0).to(x.device)
     trace = poutine.trace(attn).get_trace(x, padding)
     site = trace.nodes["a_v"]
     fn = site["fn"].base_dist
@@ -61,13 +62,13 @@ def test_sto_site_is_relaxed_categorical_of_qk_and_output_uses_the_sample(x, pad
     expected = (q @ k.transpose(-1, -2)).masked_fill(~padding[:, None, None, :], -math.inf)
     torch.testing.assert_close(fn.logits, expected - expected.logsumexp(-1, keepdim=True))
     a_v = site["value"]
-    torch.testing.assert_close(a_v.sum(-1), torch.ones(B, H, L))
+    torch.testing.assert_close(a_v.sum(-1), torch.ones(B, H, L, device=x.device))
     torch.testing.assert_close(trace.nodes["_RETURN"]["value"], output(attn, a_v, v))
 
 
 @pytest.mark.parametrize("kind", [StochasticAttention, HierarchicalStochasticAttention])
 def test_padding_keys_get_exactly_zero_weight(kind, x, padding):
-    attn = kind(D, H)
+    attn = kind(D, H).to(x.device)
     trace = poutine.trace(attn).get_trace(x, padding)
     a_v = trace.nodes["a_v"]["value"]  # (B, H, L, L)
     assert torch.all(a_v[0, :, :, 3:] == 0) and torch.all(a_v[2, :, :, 1:] == 0)
@@ -84,7 +85,7 @@ def test_padding_keys_get_exactly_zero_weight(kind, x, padding):
 
 def test_sto_hard_samples_average_to_softmax_attention(x):
     """Gumbel-max: the mean of one-hot samples of Categorical(logits) is softmax(logits)."""
-    attn = StochasticAttention(D, H, hard=True)
+    attn = StochasticAttention(D, H, hard=True).to(x.device)
     q, k, _ = heads(attn, x)
     draws = torch.stack(
         [poutine.trace(attn).get_trace(x, None).nodes["a_v"]["value"] for _ in range(4000)]
@@ -95,7 +96,7 @@ def test_sto_hard_samples_average_to_softmax_attention(x):
 
 
 def test_straight_through_passes_gradients(x):
-    attn = HierarchicalStochasticAttention(D, H, hard=True)
+    attn = HierarchicalStochasticAttention(D, H, hard=True).to(x.device)
     attn(x, None).sum().backward()
     assert attn.qkv.weight.grad.abs().sum() > 0 and attn.centroids.grad.abs().sum() > 0
     trace = poutine.trace(attn).get_trace(x, None)
@@ -106,7 +107,7 @@ def test_straight_through_passes_gradients(x):
 def test_h_sto_follows_eq_14_to_17(centroids, x, padding):
     attn = HierarchicalStochasticAttention(
         D, H, tau1=0.5, tau2=7.0, n_centroids=3, centroids=centroids
-    )
+    ).to(x.device)
     assert attn.centroids.shape == ((H,) if centroids == "head" else ()) + (D // H, 3)
     trace = poutine.trace(attn).get_trace(x, padding)
     q, k, v = heads(attn, x)
@@ -131,13 +132,13 @@ def test_h_sto_follows_eq_14_to_17(centroids, x, padding):
 
 def test_relaxed_sample_equals_gumbel_softmax_of_the_same_noise(x):
     """Eq. 11: â = softmax((logits + g) / τ) with g = −log(−log u); Pyro's rsample draws u."""
-    attn = StochasticAttention(D, H, tau=2.0)
+    attn = StochasticAttention(D, H, tau=2.0).to(x.device)
     q, k, _ = heads(attn, x)
     logits = q @ k.transpose(-1, -2)
     pyro.set_rng_seed(3)
     a_v = poutine.trace(attn).get_trace(x, None).nodes["a_v"]["value"]
     pyro.set_rng_seed(3)
-    u = torch.rand(logits.shape).clamp(
+    u = torch.rand(logits.shape, device=x.device).clamp(
         torch.finfo(logits.dtype).tiny, 1 - torch.finfo(logits.dtype).eps
     )
     g = -torch.log(-torch.log(u))

@@ -27,11 +27,11 @@ def dropout_classifier(digits):
     return build_classifier(spec, digits)
 
 
-def test_mc_dropout_only_switches_dropout_on_and_restores_the_mode(digits):
-    classifier = dropout_classifier(digits)
+def test_mc_dropout_only_switches_dropout_on_and_restores_the_mode(digits, device):
+    classifier = dropout_classifier(digits).to(device)
     classifier.train()
     split = digits.test
-    plain = predict(classifier, NO_GUIDE, split, samples=3, batch_size=64)
+    plain = predict(classifier, NO_GUIDE, split, samples=3, batch_size=64, device=device)
     assert np.array_equal(plain["probs"][0], plain["probs"][2])  # eval mode: deterministic
     seen = {}
 
@@ -41,7 +41,7 @@ def test_mc_dropout_only_switches_dropout_on_and_restores_the_mode(digits):
                 seen[kind.__name__] = seen.get(kind.__name__, set()) | {module.training}
 
     hooks = [m.register_forward_hook(record) for m in classifier.modules() if m is not classifier]
-    mc = predict(classifier, NO_GUIDE, split, samples=3, batch_size=64, mc_dropout=True)
+    mc = predict(classifier, NO_GUIDE, split, 3, batch_size=64, device=device, mc_dropout=True)
     for hook in hooks:
         hook.remove()
     assert mc["probs"].shape == plain["probs"].shape
@@ -93,20 +93,21 @@ def test_laplace_hessian_is_the_hessian_of_the_training_nll():
     torch.testing.assert_close(hessian(features, head), expected)
 
 
-def test_laplace_predictive_shapes_limits_and_prior_precision():
+def test_laplace_predictive_shapes_limits_and_prior_precision(device):
     torch.manual_seed(1)
-    weight, bias = torch.randn(4, 6), torch.randn(4)
-    train = torch.randn(200, 6)
+    weight, bias = torch.randn(4, 6, device=device), torch.randn(4, device=device)
+    train = torch.randn(200, 6, device=device)
     posterior = LastLayerLaplace.fit(train, weight, bias)
-    feature_draws = torch.randn(7, 30, 6)  # (S, N, D)
+    assert posterior.hessian.device == train.device
+    feature_draws = torch.randn(7, 30, 6, device=device)  # (S, N, D)
     probs = posterior.predictive(feature_draws)
     assert probs.shape == (7, 30, 4)
     np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
     posterior.prior_precision = 1e12  # no posterior spread left: the MAP head's predictive
-    map_probs = torch.softmax(feature_draws @ weight.T + bias, -1).numpy()
+    map_probs = torch.softmax(feature_draws @ weight.T + bias, -1).cpu().numpy()
     np.testing.assert_allclose(posterior.predictive(feature_draws), map_probs, atol=1e-5)
-    val = torch.randn(100, 6)
-    val_labels = torch.softmax(val @ weight.T + bias, -1).argmax(-1).numpy()
+    val = torch.randn(100, 6, device=device)
+    val_labels = torch.softmax(val @ weight.T + bias, -1).argmax(-1).cpu().numpy()
     grid = (1e-3, 1.0, 1e3)
     chosen = posterior.fit_prior_precision(val[None], val_labels, grid)
     nlls = []
@@ -116,7 +117,7 @@ def test_laplace_predictive_shapes_limits_and_prior_precision():
     assert chosen == grid[int(np.argmin(nlls))]
 
 
-def test_last_layer_laplace_runs_on_a_trained_run(tiny_run):
+def test_last_layer_laplace_runs_on_a_trained_run(tiny_run, device):
     from probtrans.data import load_data
     from probtrans.run import load_run
 
@@ -124,9 +125,9 @@ def test_last_layer_laplace_runs_on_a_trained_run(tiny_run):
     run.inference_spec.predictive.posthoc = ["laplace", "mc_dropout"]
     with pytest.raises(ProbtransError, match="no training split"):
         run.predictives(samples=3)
-    run = load_run(tiny_run, data=load_data(run.model_spec.data))
+    run = load_run(tiny_run, device, data=load_data(run.model_spec.data))
     run.inference_spec.predictive.posthoc = ["laplace", "mc_dropout"]
-    probs, energy, _ = run.predictives(samples=3)
+    probs, energy, _ = run.predictives(samples=3, device=device)
     assert set(probs) == {"plain", "laplace", "mc_dropout"}
     assert set(energy) == {"plain", "mc_dropout"}  # the Laplace predictive has no logits
     for variant in probs.values():

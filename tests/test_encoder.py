@@ -24,12 +24,12 @@ def token_bundle(n: int = 6, length: int = 7, vocab: int = 20) -> DataBundle:
 
 @pytest.mark.parametrize("kind", ["softmax", "sto", "h_sto"])
 @pytest.mark.parametrize("norm,pooling", [("pre", "mean"), ("post", "first")])
-def test_padding_tokens_do_not_change_the_prediction(kind, norm, pooling):
+def test_padding_tokens_do_not_change_the_prediction(kind, norm, pooling, device):
     data = token_bundle()
     spec = tiny_spec(kind)
     spec.network.norm, spec.network.pooling, spec.network.max_positions = norm, pooling, 16
-    classifier = build_classifier(spec, data).eval()
-    ids, mask = data.train.inputs, data.train.mask
+    classifier = build_classifier(spec, data).to(device).eval()
+    ids, mask = data.train.inputs.to(device), data.train.mask.to(device)
     other = ids.clone()
     other[0, 4:] = 5  # different content under the padding
     pyro.set_rng_seed(0)

@@ -38,20 +38,19 @@ def run(attn, x, mask, seed: int, fused: bool):
             y = attn(x, mask)
     else:
         y = attn(x, mask)
-    (y * torch.linspace(-1, 1, y.shape[-1])).sum().backward()
+    (y * torch.linspace(-1, 1, y.shape[-1], device=y.device)).sum().backward()
     grads = {name: p.grad.clone() for name, p in attn.named_parameters()}
     return y.detach(), grads, x.grad
 
 
 @pytest.mark.parametrize("name", list(OPTIONS))
 @pytest.mark.parametrize("padded", [False, True])
-def test_fused_path_gives_the_site_paths_sample_and_gradients(name, padded):
-    attn = layer(name)
-    x = torch.randn(3, 7, 16, dtype=torch.float64)
-    attn.double()
+def test_fused_path_gives_the_site_paths_sample_and_gradients(name, padded, device):
+    attn = layer(name).to(device, torch.float64)
+    x = torch.randn(3, 7, 16, dtype=torch.float64, device=device)
     mask = None
     if padded:
-        mask = torch.ones(3, 7, dtype=torch.bool)
+        mask = torch.ones(3, 7, dtype=torch.bool, device=device)
         mask[0, 4:] = False
         mask[2, 1:] = False
     y_site, grads_site, dx_site = run(attn, x, mask, seed=5, fused=False)
@@ -140,10 +139,9 @@ def test_self_guided_model_takes_the_fused_path_and_records_no_attention_site(di
     torch.testing.assert_close(fused_probs, site_probs)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_fused_path_on_cuda_matches_the_site_path():
-    attn = layer("h_sto").cuda()
-    x = torch.randn(4, 9, 16, device="cuda")
+def test_fused_path_matches_the_site_path_in_float32_on_the_device(device):
+    attn = layer("h_sto").to(device)
+    x = torch.randn(4, 9, 16, device=device)
     y_site, grads_site, _ = run(attn, x, None, seed=3, fused=False)
     y_fused, grads_fused, _ = run(attn, x, None, seed=3, fused=True)
     torch.testing.assert_close(y_fused, y_site, rtol=1e-4, atol=1e-5)

@@ -154,15 +154,15 @@ def test_infer_values_with_one_iteration_is_the_query_posterior_mean():
     torch.testing.assert_close(infer_values(q, mix, 1), value_m_step(responsibilities(q, mix), mix))
 
 
-def test_gaussian_mixture_attention_trains_inside_the_classifier():
+def test_gaussian_mixture_attention_trains_inside_the_classifier(device):
     spec = ModelSpec()
     spec.network.d_model, spec.network.n_heads, spec.network.n_layers = 16, 2, 1
     spec.network.attention = default_options(
         "gaussian_mixture", beta=1.0, precision="head", prior="length", n_iter=2
     )
     data = load_data(spec.data)
-    model = build_classifier(spec, data)
-    inputs, labels = data.train.inputs[:8], data.train.labels[:8]
+    model = build_classifier(spec, data).to(device)
+    inputs, labels = data.train.inputs[:8].to(device), data.train.labels[:8].to(device)
     logits = model(inputs, None, labels)
     assert logits.shape == (8, data.n_classes) and torch.isfinite(logits).all()
     torch.nn.functional.cross_entropy(logits, labels).backward()

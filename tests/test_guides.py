@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from pyro import poutine
 from pyro.infer.autoguide import AutoDelta, AutoGuideList, AutoLowRankMultivariateNormal
 
@@ -43,3 +44,20 @@ def test_guides_never_see_attention_sites(digits):
     for name in ("delta", "normal", "lowrank"):
         guide = build_guide(classifier, GuideSpec(name=name), digits.train)
         assert guide_sites(guide, digits) == {"head.weight", "head.bias"}
+
+
+@pytest.mark.parametrize("name", ["delta", "normal", "lowrank"])
+def test_priors_and_guides_follow_the_classifier_to_its_device(digits, name, device):
+    """Weight priors are built from buffers that ``.to`` moves (here also to float64, a change
+    a CPU run can see); a guide built for ``device`` starts on it, at the initial weights."""
+    classifier = build_classifier(tiny_spec("sto", prior="all"), digits)
+    classifier.to(device, torch.float64)
+    for draw in (classifier.head.weight, classifier.embedding.proj.weight):  # from the prior
+        assert draw.device.type == device and draw.dtype == torch.float64
+    classifier.float()
+    guide = build_guide(classifier, GuideSpec(name=name), digits.train, device)
+    assert all(param.device.type == device for param in guide.parameters())
+    _, inputs, _, labels = next(digits.train.batches(4))
+    start = guide.median(inputs.to(device), None, labels.to(device))
+    for site, initial in classifier.initial_weights.items():
+        torch.testing.assert_close(start[site], initial.to(device), msg=site)

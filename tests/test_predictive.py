@@ -15,39 +15,41 @@ from probtrans.specs import GuideSpec
 from tests.conftest import ragged_split, tiny_spec
 
 
-def trained_guide(classifier, digits, name):
-    guide = build_guide(classifier, GuideSpec(name=name, init_scale=0.3), digits.train)
+def trained_guide(classifier, digits, name, device="cpu"):
+    guide = build_guide(classifier, GuideSpec(name=name, init_scale=0.3), digits.train, device)
     _, inputs, mask, labels = next(digits.train.batches(8))
-    guide(inputs, mask, labels)
+    guide(inputs.to(device), None if mask is None else mask.to(device), labels.to(device))
     return guide
 
 
-def test_each_draw_of_the_weights_is_shared_by_every_example_and_batch(digits):
+def test_each_draw_of_the_weights_is_shared_by_every_example_and_batch(digits, device):
     """Normal guide on the last layer: sample s is softmax(W_s f(x) + b_s) for every example."""
-    classifier = build_classifier(tiny_spec("softmax", prior="last_layer"), digits).eval()
-    guide = trained_guide(classifier, digits, "normal")
+    classifier = build_classifier(tiny_spec("softmax", prior="last_layer"), digits)
+    classifier.to(device).eval()
+    guide = trained_guide(classifier, digits, "normal", device)
     split = digits.test
-    draws = posterior_draws(guide, 4, split)
+    draws = posterior_draws(guide, 4, split, device)
     assert not is_point_mass(draws)
-    small = predict(classifier, guide, split, samples=4, batch_size=7, draws=draws)
-    large = predict(classifier, guide, split, samples=4, batch_size=1000, draws=draws)
+    assert all(value.device.type == device for value in draws.values())
+    small = predict(classifier, guide, split, samples=4, batch_size=7, device=device, draws=draws)
+    large = predict(classifier, guide, split, 4, batch_size=1000, device=device, draws=draws)
     with torch.no_grad():
-        features = classifier.encode(split.inputs)  # (N, D)
+        features = classifier.encode(split.inputs.to(device))  # (N, D)
         logits = features @ draws["head.weight"].transpose(-1, -2) + draws["head.bias"][:, None]
-    expected = logits.softmax(-1).numpy()  # (S, N, C)
+    expected = logits.softmax(-1).cpu().numpy()  # (S, N, C)
     assert small["probs"].shape == (4, len(split), digits.n_classes)
     assert abs(small["probs"] - expected).max() < 1e-5
     assert abs(large["probs"] - expected).max() < 1e-5
 
 
-def test_point_mass_guides_evaluate_the_samples_in_one_batched_pass(digits):
-    classifier = build_classifier(tiny_spec("h_sto", prior="last_layer"), digits)
-    guide = trained_guide(classifier, digits, "delta")
+def test_point_mass_guides_evaluate_the_samples_in_one_batched_pass(digits, device):
+    classifier = build_classifier(tiny_spec("h_sto", prior="last_layer"), digits).to(device)
+    guide = trained_guide(classifier, digits, "delta", device)
     split = digits.test
-    assert is_point_mass(posterior_draws(guide, 5, split))
+    assert is_point_mass(posterior_draws(guide, 5, split, device))
     calls = []
     handle = classifier.encoder.register_forward_hook(lambda m, a, out: calls.append(len(out)))
-    out = predict(classifier, guide, split, samples=5, batch_size=100)
+    out = predict(classifier, guide, split, samples=5, batch_size=100, device=device)
     handle.remove()
     assert sum(calls) == 5 * len(split) and len(calls) == -(-len(split) // 20)  # 20 per pass
     assert max(calls) <= 100  # rows per pass bounded by batch_size, not by the split

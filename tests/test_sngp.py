@@ -28,24 +28,24 @@ def test_random_features_approximate_the_rbf_kernel():
     assert features(x).shape == (20, 40_000)
 
 
-def test_spectral_norm_bound_scales_only_large_weights():
+def test_spectral_norm_bound_scales_only_large_weights(device):
     torch.manual_seed(0)
-    layer = torch.nn.Linear(6, 8)
-    spectral_normalise(layer, bound=0.9)
+    layer = torch.nn.Linear(6, 8, device=device)
+    spectral_normalise(layer, bound=0.9)  # its u and v on the weight's device
     with torch.no_grad():
         layer.parametrizations.weight.original.mul_(5.0)
     for _ in range(30):  # training-mode passes advance the power iteration
-        layer(torch.randn(3, 6))
+        layer(torch.randn(3, 6, device=device))
     assert torch.linalg.matrix_norm(layer.weight, ord=2).item() == pytest.approx(0.9, rel=1e-4)
 
-    small = torch.randn(8, 6)
+    small = torch.randn(8, 6, device=device)
     small = 0.5 * small / torch.linalg.matrix_norm(small, ord=2)
     bound = SpectralNormBound(small, bound=0.9)
     torch.testing.assert_close(bound(small), small)  # σ = 0.5 ≤ c: left as it is
 
     layer.eval()  # evaluation does not move the estimate, and gradients reach the weight
     before = layer.parametrizations.weight[0].u.clone()
-    layer(torch.randn(3, 6)).sum().backward()
+    layer(torch.randn(3, 6, device=device)).sum().backward()
     torch.testing.assert_close(layer.parametrizations.weight[0].u, before)
     assert layer.parametrizations.weight.original.grad.abs().sum() > 0
     assert parametrize.is_parametrized(layer, "weight")
@@ -58,7 +58,7 @@ SNGP_MODEL = TINY_MODEL.replace(
 )
 
 
-def test_sngp_run_uses_the_prior_precision_and_bounded_encoder(tmp_path, monkeypatch):
+def test_sngp_run_uses_the_prior_precision_and_bounded_encoder(tmp_path, monkeypatch, device):
     from probtrans.run import fit_run, load_run
 
     model = tmp_path / "sngp.toml"
@@ -72,8 +72,8 @@ def test_sngp_run_uses_the_prior_precision_and_bounded_encoder(tmp_path, monkeyp
         raise AssertionError("SNGP keeps its prior precision; nothing is fitted on validation")
 
     monkeypatch.setattr(LastLayerLaplace, "fit_prior_precision", refuse)
-    run = load_run(tmp_path / "run")  # u, v buffers and the feature map come back
-    probs, _, _ = run.predictives(samples=3)
+    run = load_run(tmp_path / "run", device)  # u, v buffers and the feature map come back
+    probs, _, _ = run.predictives(samples=3, device=device)
     assert probs["laplace"]["test"].shape == (3, len(run.data.test), run.data.n_classes)
     assert run.classifier.head.in_features == 128
     for module in run.classifier.encoder.layers.modules():

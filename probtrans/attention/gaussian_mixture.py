@@ -27,6 +27,10 @@ dot-product attention softmax(q·kᵀ/√d_h) is therefore α = 1/√d_h (the de
 
 Per-unit precisions and learned priors depend on the input through the unit's own key and value
 (the paper lets α, β, π be any function of x). Padding units get exactly zero responsibility.
+
+In a bfloat16 autocast region the projections run in bfloat16 and the mixture (precisions,
+priors, square distances ‖q‖² + ‖ξ‖² − 2 q·ξ, whose terms cancel, and the EM iterations) in
+float32, with autocast off.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import torch
 from torch import Tensor, nn
 
 from probtrans.attention.base import MultiHeadAttention
+from probtrans.contract import autocast_off, full_precision
 from probtrans.specs import GaussianMixtureOptions
 
 
@@ -189,11 +194,14 @@ class MixtureUnits(nn.Module):
         return Mixture(keys, values, alpha, beta, log_prior, mask)
 
     def forward(self, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None) -> Tensor:
-        """q (B, H, L, d), keys (B, H, n, d), values (B, H, n, m) → MAP values (B, H, L, m)."""
-        mix = self.mixture(keys, values, mask)
-        if self.adaptation is not None:
-            mix = self.adaptation(q, mix)
-        return infer_values(q, mix, self.n_iter)
+        """q (B, H, L, d), keys (B, H, n, d), values (B, H, n, m) → MAP values (B, H, L, m),
+        computed in float32 at least, with autocast off (see the module docstring)."""
+        q, keys, values = full_precision(q), full_precision(keys), full_precision(values)
+        with autocast_off(q):
+            mix = self.mixture(keys, values, mask)
+            if self.adaptation is not None:
+                mix = self.adaptation(q, mix)
+            return infer_values(q, mix, self.n_iter)
 
 
 class GaussianMixtureAttention(MultiHeadAttention):

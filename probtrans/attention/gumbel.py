@@ -31,6 +31,8 @@ from pyro.distributions.relaxed_straight_through import QuantizeCategorical
 from torch import Tensor
 from torch.distributions.utils import clamp_probs
 
+from probtrans.contract import full_precision
+
 #: elements per independently seeded chunk of CPU noise
 CHUNK = 1 << 22
 
@@ -61,9 +63,13 @@ def uniform(shape: Shape, dtype: torch.dtype, device: torch.device) -> Tensor:
 
 def gumbel(shape: Shape, dtype: torch.dtype, device: torch.device, scale: float = 1.0) -> Tensor:
     """Gumbel noise ``scale`` · g, g = −log(−log u), with u clamped as torch's relaxed samplers
-    do (one in-place pass per operation; the scale is folded into the last one)."""
-    eps = torch.finfo(dtype).eps
-    return uniform(shape, dtype, device).clamp_(eps, 1 - eps).log_().neg_().log_().mul_(-scale)
+    do (one in-place pass per operation; the scale is folded into the last one). Drawn in
+    float32 at least, then given ``dtype``: bfloat16 draws of u (an autocast region's) would
+    confine g to [−1.6, 4.9]."""
+    drawn = torch.promote_types(dtype, torch.float32)
+    eps = torch.finfo(drawn).eps
+    noise = uniform(shape, drawn, device).clamp_(eps, 1 - eps).log_().neg_().log_().mul_(-scale)
+    return noise.to(dtype)
 
 
 def relaxed_sample(logits: Tensor, temperature: Tensor | float) -> Tensor:
@@ -92,8 +98,11 @@ class RelaxedOneHotCategoricalStraightThrough(dist.RelaxedOneHotCategoricalStrai
 def relaxed_one_hot(temperature: float, logits: Tensor, hard: bool) -> dist.Distribution:
     """Row-wise (straight-through) relaxed one-hot categorical with event shape (H, L, K).
 
-    logits: (B, H, L, K). Batch shape is (B,), so the site sits in the data plate.
+    logits: (B, H, L, K). Batch shape is (B,), so the site sits in the data plate. The
+    distribution is in float32 at least: the probabilities of an autocast region's bfloat16
+    logits do not sum to 1 closely enough for its simplex check.
     """
+    logits = full_precision(logits)
     tau = torch.tensor(temperature, dtype=logits.dtype, device=logits.device)
     cls = RelaxedOneHotCategoricalStraightThrough if hard else RelaxedOneHotCategorical
     return cls(tau, logits=logits).to_event(2)

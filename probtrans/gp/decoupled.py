@@ -36,7 +36,9 @@ with K_aa and K_aa v_a in float32 and the rest in float64 the amortised mean (K_
 was 50 % off and the conditional variances up to 40 %. :func:`decoupled_conditional` therefore
 computes everything in float64 from the layer's keys, values and kernel hyperparameters: K_aa,
 K_aa v_a, K_gg, its Cholesky factor, K_ga, A, the amortised mean and KL, and the conditional
-(co)variance; the results come back in the layer's precision. The T × T work then runs in
+(co)variance; the results come back in the layer's precision, float32 at least: under mixed
+precision (a bfloat16 autocast region) the keys and values arrive in bfloat16, and autocast is
+off for all of this. The T × T work then runs in
 float64: on a 2-core CPU (AMD EPYC, torch 2.13, 2 threads) an IMDB layer's forward + backward
 (B = 32, T = 512) costs 1.6 times, and an IMDB SVI training step (B = 32) 1.7 to 1.8 times, what
 they cost with K_aa in float32 (2.1 and 2.2 times the all-float32 ones), and the step's peak
@@ -58,6 +60,7 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
+from probtrans.contract import autocast_off
 from probtrans.gp.kernels import gram
 from probtrans.gp.linalg import decouple_padding, jittered_cholesky
 
@@ -77,7 +80,7 @@ class DecoupledConditional:
     amortised_kl: Tensor  # ½ Σ_{h,d} v_aᵀ (K_aa − K_ag K_gg⁻¹ K_ga) v_a, (B,), in ``dtype``
     key_mask: Tensor | None  # (B, T), True for real tokens
     jitter: float
-    dtype: torch.dtype  # of the layer's inputs and of every method's result
+    dtype: torch.dtype  # of the layer's inputs (float32 at least) and of every method's result
 
     def mean(self, eps: Tensor) -> Tensor:
         """E[F | ε] = m_a + Aᵀ ε: eps (..., H, d, M) → (..., B, H, d, T)."""
@@ -120,8 +123,9 @@ class DecoupledConditional:
         loc: (H, d, M); scale_tril: (H, d, M, M).
         """
         cross = self.cross.to(self.dtype)
-        a_l = torch.einsum("bhmt,hdmn->bhdtn", cross, scale_tril)  # Aᵀ L_d, (B, H, d, T, M)
-        return self.mean(loc), self.covariance().unsqueeze(2) + a_l @ a_l.transpose(-1, -2)
+        with autocast_off(cross):
+            a_l = torch.einsum("bhmt,hdmn->bhdtn", cross, scale_tril)  # Aᵀ L_d, (B, H, d, T, M)
+            return self.mean(loc), self.covariance().unsqueeze(2) + a_l @ a_l.transpose(-1, -2)
 
 
 def decoupled_conditional(
@@ -138,17 +142,19 @@ def decoupled_conditional(
     x_g: global keys (H, M, d_k); v_a: amortised values (B, H, T, d), zero at padding tokens;
     key_mask: (B, T), True for real tokens. K_gg gets ``jitter`` on its diagonal, ten times more
     after every failed Cholesky (:func:`~probtrans.gp.linalg.jittered_cholesky`). Everything is
-    computed in float64 (see the module docstring); ``amortised_kl`` and the methods' results come
-    back in the dtype of ``x_a``.
+    computed in float64, with autocast off (see the module docstring); ``amortised_kl`` and the
+    methods' results come back in the dtype of ``x_a``, or in float32 if that is narrower (a
+    bfloat16 autocast region's).
     """
-    dtype = x_a.dtype
+    dtype = torch.promote_types(x_a.dtype, torch.float32)
     x_a, x_g, v_a = x_a.double(), x_g.double(), v_a.double()
-    k_aa = gram(kernel, x_a, x_a)  # (B, H, T, T)
-    k_ga = gram(kernel, x_g, x_a)  # (B, H, M, T)
-    chol_gg = jittered_cholesky(gram(kernel, x_g, x_g), jitter)  # L_K, (H, M, M)
-    cross = torch.linalg.solve_triangular(chol_gg, k_ga, upper=False)  # A, (B, H, M, T)
-    residual_v = k_aa @ v_a - cross.transpose(-1, -2) @ (cross @ v_a)  # (K_aa − AᵀA) v_a
-    amortised_kl = 0.5 * (v_a * residual_v).sum((1, 2, 3))
+    with autocast_off(x_a):
+        k_aa = gram(kernel, x_a, x_a)  # (B, H, T, T)
+        k_ga = gram(kernel, x_g, x_a)  # (B, H, M, T)
+        chol_gg = jittered_cholesky(gram(kernel, x_g, x_g), jitter)  # L_K, (H, M, M)
+        cross = torch.linalg.solve_triangular(chol_gg, k_ga, upper=False)  # A, (B, H, M, T)
+        residual_v = k_aa @ v_a - cross.transpose(-1, -2) @ (cross @ v_a)  # (K_aa − AᵀA) v_a
+        amortised_kl = 0.5 * (v_a * residual_v).sum((1, 2, 3))
     return DecoupledConditional(
         amortised_mean=residual_v.transpose(-1, -2),
         cross=cross,

@@ -17,6 +17,7 @@ import torch
 from gpytorch.kernels import Kernel, RBFKernel, ScaleKernel
 from torch import Tensor
 
+from probtrans.contract import autocast_off, full_precision
 from probtrans.specs.attention import KernelName
 
 
@@ -60,5 +61,7 @@ def head_kernel(
 
 
 def gram(kernel: Kernel, x1: Tensor, x2: Tensor) -> Tensor:
-    """Dense kernel matrix: x1 (..., H, N, d), x2 (..., H, M, d) → (..., H, N, M)."""
-    return kernel(x1, x2).to_dense()
+    """Dense kernel matrix: x1 (..., H, N, d), x2 (..., H, M, d) → (..., H, N, M), in float32
+    or float64 (that of the inputs, if wider), never in an autocast region's bfloat16."""
+    with autocast_off(x1):
+        return kernel(full_precision(x1), full_precision(x2)).to_dense()

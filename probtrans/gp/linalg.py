@@ -6,20 +6,25 @@ import torch
 from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
+from probtrans.contract import autocast_off, full_precision
+
 
 def jittered_cholesky(matrix: Tensor, jitter: float, max_tries: int = 10) -> Tensor:
     """Lower Cholesky factor of ``matrix + j I`` for the first j in jitter, 10·jitter, 100·jitter…
 
     As in the SGPA authors' code, a failed factorisation is retried with ten times the jitter;
-    the whole batch shares one jitter. matrix: (..., N, N) → (..., N, N).
+    the whole batch shares one jitter. matrix: (..., N, N) → (..., N, N), factored in float32 or
+    float64 (that of ``matrix``, if wider), never in an autocast region's bfloat16.
     Raises ``NotPSDError`` after ``max_tries`` failures (e.g. non-finite entries).
     """
+    matrix = full_precision(matrix)
     eye = torch.eye(matrix.shape[-1], dtype=matrix.dtype, device=matrix.device)
-    for _ in range(max_tries):
-        factor, info = torch.linalg.cholesky_ex(matrix + jitter * eye)
-        if not info.any():
-            return factor
-        jitter *= 10.0
+    with autocast_off(matrix):
+        for _ in range(max_tries):
+            factor, info = torch.linalg.cholesky_ex(matrix + jitter * eye)
+            if not info.any():
+                return factor
+            jitter *= 10.0
     raise NotPSDError(
         f"matrix not positive definite even with jitter {jitter / 10.0:.1e} on the diagonal"
     )

@@ -22,6 +22,7 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
+from probtrans.contract import autocast_off, full_precision
 from probtrans.gp.kernels import gram
 from probtrans.gp.linalg import decouple_padding, jittered_cholesky
 
@@ -43,13 +44,15 @@ class StandardPosterior:
         return dist.Normal(self.loc, self.scale).to_event(3)
 
     def output(self, eps: Tensor) -> Tensor:
-        """F = L_K ε: eps (B, H, d, T) → (B, H, d, T)."""
-        return (self.chol @ eps.transpose(-1, -2)).transpose(-1, -2)
+        """F = L_K ε: eps (B, H, d, T) → (B, H, d, T), with autocast off."""
+        with autocast_off(eps):
+            return (self.chol @ eps.transpose(-1, -2)).transpose(-1, -2)
 
     def moments(self) -> tuple[Tensor, Tensor]:
         """Mean m_d = K_aa v_a (B, H, d, T) and covariance Σ_d = S_d (B, H, d, T, T) of F."""
         l_sigma = self.chol.unsqueeze(2) * self.scale.unsqueeze(-2)  # L_K diag(σ_d)
-        return self.output(self.loc), l_sigma @ l_sigma.transpose(-1, -2)
+        with autocast_off(l_sigma):
+            return self.output(self.loc), l_sigma @ l_sigma.transpose(-1, -2)
 
 
 def standard_posterior(
@@ -61,12 +64,15 @@ def standard_posterior(
     key_mask: Tensor | None = None,
 ) -> StandardPosterior:
     """x_a: keys = queries (B, H, T, d_k); v_a: values (B, H, T, d), zero at padding; scale:
-    amortised σ (B, H, T, d); key_mask: (B, T), True for real tokens."""
-    k_aa = decouple_padding(gram(kernel, x_a, x_a), key_mask)  # (B, H, T, T)
-    chol = jittered_cholesky(k_aa, jitter)
-    loc = torch.linalg.solve_triangular(chol, k_aa @ v_a, upper=False).transpose(-1, -2)
-    scale = scale.transpose(-1, -2)
-    if key_mask is not None:
-        scale = torch.where(key_mask[:, None, None, :], scale, torch.ones_like(scale))
-    kl = 0.5 * (scale.pow(2) + loc.pow(2) - 1.0 - 2.0 * scale.log()).sum((1, 2, 3))
+    amortised σ (B, H, T, d); key_mask: (B, T), True for real tokens. Computed with autocast
+    off, in float32 (in float64 for float64 inputs)."""
+    x_a, v_a, scale = full_precision(x_a), full_precision(v_a), full_precision(scale)
+    with autocast_off(x_a):
+        k_aa = decouple_padding(gram(kernel, x_a, x_a), key_mask)  # (B, H, T, T)
+        chol = jittered_cholesky(k_aa, jitter)
+        loc = torch.linalg.solve_triangular(chol, k_aa @ v_a, upper=False).transpose(-1, -2)
+        scale = scale.transpose(-1, -2)
+        if key_mask is not None:
+            scale = torch.where(key_mask[:, None, None, :], scale, torch.ones_like(scale))
+        kl = 0.5 * (scale.pow(2) + loc.pow(2) - 1.0 - 2.0 * scale.log()).sum((1, 2, 3))
     return StandardPosterior(chol=chol, loc=loc, scale=scale, kl=kl)

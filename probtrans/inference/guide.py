@@ -44,19 +44,21 @@ def build_guide(
     classifier: Classifier, spec: GuideSpec, example: DataSplit, device: str = "cpu"
 ) -> AutoGuide:
     """The guide ``spec`` describes for ``classifier``, its parameters created on two rows of
-    ``example`` (any split of the classifier's data) on ``device``."""
+    ``example`` (any split of the classifier's data) on ``device``, starting from the
+    classifier's initial weights."""
     model = self_guided(classifier)
     weight_guide = GUIDES.get(spec.name, "guide.name")
     sites = inducing_sites(classifier)
+    initial = {name: value.to(device) for name, value in classifier.initial_weights.items()}
     if not sites:
-        guide = weight_guide(model, classifier.initial_weights, spec)
+        guide = weight_guide(model, initial, spec)
     else:
         guide = AutoGuideList(model)
         inducing_guide = INDUCING_GUIDES.get(spec.inducing, "guide.inducing")
         guide.append(inducing_guide(poutine.block(model, expose=sites), spec))
-        if classifier.initial_weights:
+        if initial:
             hidden = poutine.block(model, hide=sites)
-            guide.append(weight_guide(hidden, classifier.initial_weights, spec))
+            guide.append(weight_guide(hidden, initial, spec))
     keep_params_local(guide)
     _, inputs, mask, labels = next(example.batches(2))
     with torch.no_grad():

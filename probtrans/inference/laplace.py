@@ -38,7 +38,7 @@ def hessian(features: Tensor, head: Tensor) -> Tensor:
     probs = torch.softmax(phi @ head.double().T, dim=-1)  # (N, C)
     curvature = torch.diag_embed(probs) - probs[:, :, None] * probs[:, None, :]  # (N, C, C)
     classes, width = head.shape
-    blocks = torch.empty(classes, width, classes, width, dtype=torch.float64)
+    blocks = phi.new_empty(classes, width, classes, width)
     for a in range(
         classes
     ):  # block (a, b) = Σ_n curvature_nab φ̃_n φ̃_nᵀ, without an N·C²·D² temporary
@@ -57,15 +57,20 @@ class LastLayerLaplace:
 
     @classmethod
     def fit(cls, features: Tensor, weight: Tensor, bias: Tensor) -> LastLayerLaplace:
-        """From training features (N, D) and the MAP head ``weight`` (C, D), ``bias`` (C,)."""
-        head = torch.cat([weight, bias[:, None]], dim=1).detach().double()
+        """From training features (N, D) and the MAP head ``weight`` (C, D), ``bias`` (C,) (on
+        any device: the approximation lives on the device of the features)."""
+        head = torch.cat([weight, bias[:, None]], dim=1).detach().to(features.device, torch.float64)
         return cls(head, hessian(features, head))
 
     def sample_heads(self, samples: int, generator: torch.Generator) -> Tensor:
-        """θ_s = θ_MAP + L⁻ᵀ ε_s with L Lᵀ = H + λI; → (S, C, D+1)."""
-        precision = self.hessian + self.prior_precision * torch.eye(len(self.hessian)).double()
+        """θ_s = θ_MAP + L⁻ᵀ ε_s with L Lᵀ = H + λI; → (S, C, D+1). ε is drawn by
+        ``generator`` on its own device, so a seed gives the same heads on every device."""
+        eye = torch.eye(len(self.hessian), dtype=self.hessian.dtype, device=self.hessian.device)
+        precision = self.hessian + self.prior_precision * eye
         chol = torch.linalg.cholesky(precision)
-        eps = torch.randn(len(precision), samples, generator=generator, dtype=torch.float64)
+        shape = (len(precision), samples)
+        eps = torch.randn(shape, generator=generator, dtype=torch.float64, device=generator.device)
+        eps = eps.to(chol.device)
         offsets = torch.linalg.solve_triangular(chol.T, eps, upper=True)  # (P, S)
         return self.head + offsets.T.reshape(samples, *self.head.shape)
 
@@ -73,8 +78,8 @@ class LastLayerLaplace:
         """Class probabilities (S, N, C) for posterior draws of the features (S, N, D), one
         head draw per feature draw."""
         heads = self.sample_heads(len(features), torch.Generator().manual_seed(seed))
-        logits = _augment(features.double()) @ heads.transpose(-1, -2)  # (S, N, C)
-        return torch.softmax(logits, dim=-1).float().numpy()
+        logits = _augment(features.to(heads.device, torch.float64)) @ heads.transpose(-1, -2)
+        return torch.softmax(logits, dim=-1).float().cpu().numpy()  # (S, N, C)
 
     def fit_prior_precision(
         self,

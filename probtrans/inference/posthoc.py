@@ -76,7 +76,7 @@ def posterior_predictives(
     plain = outputs["plain"]
     if laplace:
         features = {split: out.pop("features") for split, out in plain.items()}
-        probs["laplace"] = last_layer_laplace(classifier, data, spec, draws, features)
+        probs["laplace"] = last_layer_laplace(classifier, data, spec, draws, features, device)
     return probs, energy, plain
 
 
@@ -86,8 +86,11 @@ def last_layer_laplace(
     spec: PredictiveSpec,
     draws: dict[str, Tensor],
     features: dict[str, np.ndarray],
+    device: str = "cpu",
 ) -> dict[str, np.ndarray]:
-    """Last-layer Laplace predictive from the plain predictive's feature draws (S, N, D)."""
+    """Last-layer Laplace predictive from the plain predictive's feature draws (S, N, D); the
+    training features are computed on ``device``, the Laplace on the CPU (where the features
+    are)."""
     if len(data.train) == 0:
         raise ProbtransError(
             f"{data.name}: no training split to fit the last-layer Laplace on (a run folder "
@@ -100,6 +103,7 @@ def last_layer_laplace(
         data.train,
         1,
         spec.batch_size,
+        device,
         extra_sites=("features",),
         draws={name: value[:1] for name, value in draws.items()},
     )["features"][0]

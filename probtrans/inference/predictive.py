@@ -32,10 +32,15 @@ with warnings.catch_warnings():  # ArviZ 0.23 announces its 1.0 refactor on impo
 
 @local_params()
 @torch.no_grad()
-def posterior_draws(guide: Callable, samples: int, split: DataSplit) -> dict[str, Tensor]:
-    """S draws of every global site of ``guide`` (weights, inducing variables): name → (S, ...)."""
+def posterior_draws(
+    guide: Callable, samples: int, split: DataSplit, device: str | torch.device = "cpu"
+) -> dict[str, Tensor]:
+    """S draws of every global site of ``guide`` (weights, inducing variables): name → (S, ...),
+    on the device of the guide's parameters (the guide is called on a row of ``split`` on
+    ``device``)."""
     _, inputs, mask, _ = next(split.batches(1))
-    draws = Predictive(guide, num_samples=samples)(inputs, mask)
+    mask = None if mask is None else mask.to(device)
+    draws = Predictive(guide, num_samples=samples)(inputs.to(device), mask)
     return {name: value.detach() for name, value in draws.items()}
 
 
@@ -70,13 +75,14 @@ def predict(
 ) -> dict[str, np.ndarray]:
     """S posterior predictive draws on ``split``, streamed over the data.
 
-    The S global draws (``draws``, default :func:`posterior_draws` of ``guide``) are the same
-    for every example. When they are all equal (point-mass guides) the S samples differ only in
-    their local randomness (attention, dropout) and one pass evaluates all of them on the batch
-    repeated S times (once, if the model has no local randomness); otherwise each draw gets its
-    own pass. A pass holds about ``batch_size`` rows, whatever the size of ``split``. Each pass is
-    what ``Predictive`` does for one draw (condition the model on it and trace), without the two
-    shape-probing model passes ``Predictive`` adds to every call.
+    The S global draws (``draws``, default :func:`posterior_draws` of ``guide``; on any device:
+    the model runs on ``device``) are the same for every example. When they are all equal
+    (point-mass guides) the S samples differ only in their local randomness (attention, dropout)
+    and one pass evaluates all of them on the batch repeated S times (once, if the model has no
+    local randomness); otherwise each draw gets its own pass. A pass holds about ``batch_size``
+    rows, whatever the size of ``split``. Each pass is what ``Predictive`` does for one draw
+    (condition the model on it and trace), without the two shape-probing model passes
+    ``Predictive`` adds to every call.
 
     ``mc_dropout=True`` keeps dropout on (MC dropout, Gal & Ghahramani 2016) and nothing else of
     training mode. ``progress=True`` shows a bar over the batches.
@@ -93,7 +99,7 @@ def predict(
             for name in sites
         }
     model = classifier if attention else self_guided(classifier)
-    draws = posterior_draws(guide, samples, split) if draws is None else draws
+    draws = posterior_draws(guide, samples, split, device) if draws is None else draws
     folded = is_point_mass(draws)
     # without local randomness a point-mass posterior has one predictive: compute it once
     local = mc_dropout or bool(local_sites)
@@ -101,7 +107,7 @@ def predict(
     # one (draw, replicas) pair per pass over a batch
     passes = [(0, replicas)] if folded else [(s, 1) for s in range(samples)]
     conditioned = [
-        poutine.condition(model, data={name: value[s] for name, value in draws.items()})
+        poutine.condition(model, data={name: value[s].to(device) for name, value in draws.items()})
         for s, _ in passes
     ]
     was_training = classifier.training
