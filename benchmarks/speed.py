@@ -21,11 +21,15 @@ The scale is H-STO's IMDB setting (Pei et al. 2022): batch 128, sequence length 
    on the default digits model, where fixed per-call costs weigh more.
 
 Each case runs in its own process; "peak MiB" is that process's peak resident memory above
-what it held once its inputs were built. Times are medians over ``--repeats`` runs after one
-warm-up.
+what it held once its inputs were built. With ``--device cuda`` every case runs on the GPU
+(modules, inputs and labels on it; ``predict`` moves each batch there), the clock is read after
+``torch.cuda.synchronize()``, and "peak GPU MiB" is the case's peak allocated GPU memory above
+what was allocated once its inputs were built. Times are medians over ``--repeats`` runs after
+one warm-up.
 
     python benchmarks/speed.py                # about 6 minutes on a 2-core CPU
     python benchmarks/speed.py --repeats 3 --examples 256
+    python benchmarks/speed.py --device cuda  # every case on the GPU
 """
 
 from __future__ import annotations
@@ -79,11 +83,13 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def median_seconds(step: Callable[[], None], repeats: int) -> float:
+def median_seconds(step: Callable[[], None], repeats: int, device: str) -> float:
     times = []
     for _ in range(repeats + 1):  # the first run warms up
         start = time.perf_counter()
         step()
+        if device == "cuda":
+            torch.cuda.synchronize()  # wait for the step's kernels
         times.append(time.perf_counter() - start)
     return statistics.median(times[1:])
 
@@ -95,7 +101,7 @@ def tokens(n: int) -> torch.Tensor:
 # --- 1. attention layers --------------------------------------------------------------------
 
 
-def attention_layer(kind: str, fused: bool) -> Callable[[], None]:
+def attention_layer(kind: str, fused: bool, device: str) -> Callable[[], None]:
     net = load_model_spec(SPEC).network
     width, heads = net.d_model, net.n_heads
     if kind == "softmax":
@@ -108,7 +114,8 @@ def attention_layer(kind: str, fused: bool) -> Callable[[], None]:
         )
     else:
         layer = SGPAttention(width, heads, n_inducing=16, kernel="ard")
-    x = torch.randn(BATCH, LENGTH, width, requires_grad=True)
+    layer.to(device)
+    x = torch.randn(BATCH, LENGTH, width, device=device, requires_grad=True)
 
     def step() -> None:
         layer.zero_grad(set_to_none=True)
@@ -150,13 +157,13 @@ class PlainNetwork(nn.Module):
         return self.head(self.encoder(self.drop(self.embedding(ids))).mean(1))
 
 
-def plain_step(kind: str, with_prior: bool) -> Callable[[], None]:
+def plain_step(kind: str, with_prior: bool, device: str) -> Callable[[], None]:
     """Training step in plain PyTorch; with a prior, the loss is the MAP objective of the SVI
     step: N/B · Σ CE − log N(head | 0, s²)."""
-    network = PlainNetwork(kind)
+    network = PlainNetwork(kind).to(device)
     head = network.head
     optimizer = torch.optim.Adam(network.parameters(), lr=1e-3)
-    inputs, labels = tokens(BATCH), torch.randint(2, (BATCH,))
+    inputs, labels = tokens(BATCH).to(device), torch.randint(2, (BATCH,)).to(device)
     n_train, scale = 22_500, load_model_spec(SPEC).network.prior.scale
 
     def step() -> None:
@@ -180,15 +187,15 @@ def data_bundle(n: int) -> DataBundle:
     )
 
 
-def svi_step() -> Callable[[], None]:
+def svi_step(device: str) -> Callable[[], None]:
     """The step of ``probtrans.inference.train.train_classifier``: self-guided model, delta guide,
     Trace_ELBO, Adam."""
     data = data_bundle(BATCH)
-    classifier = build_classifier(load_model_spec(SPEC), data)
+    classifier = build_classifier(load_model_spec(SPEC), data).to(device)
     model = self_guided(classifier)
-    guide = build_guide(classifier, GuideSpec(name="delta"), data.train)
-    inputs, labels = tokens(BATCH), torch.randint(2, (BATCH,))
-    index = torch.arange(BATCH)
+    guide = build_guide(classifier, GuideSpec(name="delta"), data.train, device)
+    inputs, labels = tokens(BATCH).to(device), torch.randint(2, (BATCH,)).to(device)
+    index = torch.arange(BATCH, device=device)
     optimizer = torch.optim.Adam(list(classifier.parameters()) + list(guide.parameters()), 1e-3)
     elbo = Trace_ELBO()
 
@@ -204,19 +211,19 @@ def svi_step() -> Callable[[], None]:
 # --- 3. posterior predictive ----------------------------------------------------------------
 
 
-def predictive(mode: str, n: int) -> Callable[[], None]:
-    data = data_bundle(n)
-    classifier = build_classifier(load_model_spec(SPEC), data)
+def predictive(mode: str, n: int, device: str) -> Callable[[], None]:
+    data = data_bundle(n)  # on the CPU: predict moves each batch to the device, as here
+    classifier = build_classifier(load_model_spec(SPEC), data).to(device)
     model = self_guided(classifier)
-    guide = build_guide(classifier, GuideSpec(name="delta"), data.test)
+    guide = build_guide(classifier, GuideSpec(name="delta"), data.test, device)
     rows = 2 * BATCH  # rows per pass ([predictive] batch_size of the inference specs)
 
     def vectorised() -> None:
-        predict(classifier, guide, data.test, SAMPLES, rows)
+        predict(classifier, guide, data.test, SAMPLES, rows, device=device)
 
     def sequential() -> None:
         for _ in range(SAMPLES):
-            predict(classifier, guide, data.test, 1, rows)
+            predict(classifier, guide, data.test, 1, rows, device=device)
 
     def pyro_predictive(samples: int, calls: int) -> None:
         runner = Predictive(model, guide=guide, num_samples=samples, return_sites=["probs"])
@@ -224,7 +231,7 @@ def predictive(mode: str, n: int) -> Callable[[], None]:
         with torch.no_grad():
             for _, inputs, _, _ in data.test.batches(rows):
                 for _ in range(calls):
-                    runner(inputs, None)
+                    runner(inputs.to(device), None)
 
     return {
         "vectorised": vectorised,
@@ -234,54 +241,79 @@ def predictive(mode: str, n: int) -> Callable[[], None]:
     }[mode]
 
 
-def digits_predictive(mode: str) -> Callable[[], None]:
+def digits_predictive(mode: str, device: str) -> Callable[[], None]:
     """S = 10 on the 289 test digits with the default model, where per-call costs matter."""
     spec = load_model_spec(ROOT / "models" / "digits" / "h_sto.toml")
     data = load_data(spec.data)
-    classifier = build_classifier(spec, data)
-    guide = build_guide(classifier, GuideSpec(name="delta"), data.test)
+    classifier = build_classifier(spec, data).to(device)
+    guide = build_guide(classifier, GuideSpec(name="delta"), data.test, device)
     if mode == "vectorised":
-        return lambda: predict(classifier, guide, data.test, SAMPLES, 256)
-    return lambda: [predict(classifier, guide, data.test, 1, 256) for _ in range(SAMPLES)]
+        return lambda: predict(classifier, guide, data.test, SAMPLES, 256, device=device)
+    return lambda: [
+        predict(classifier, guide, data.test, 1, 256, device=device) for _ in range(SAMPLES)
+    ]
 
 
-CASES: dict[str, tuple[str, Callable[[int], Callable[[], None]]]] = {
-    "attn_softmax": ("deterministic (fused SDPA)", lambda n: attention_layer("softmax", True)),
-    "attn_sto": ("STO, fused path", lambda n: attention_layer("sto", True)),
-    "attn_h_sto": ("H-STO, fused path", lambda n: attention_layer("h_sto", True)),
-    "attn_sto_site": ("STO, site path", lambda n: attention_layer("sto", False)),
-    "attn_h_sto_site": ("H-STO, site path", lambda n: attention_layer("h_sto", False)),
-    "attn_sgpa": ("SGPA decoupled (M_g = 16)", lambda n: attention_layer("sgpa", False)),
-    "step_plain_softmax": ("plain PyTorch, deterministic", lambda n: plain_step("softmax", False)),
-    "step_plain_h_sto": ("plain PyTorch, H-STO MAP loss", lambda n: plain_step("h_sto", True)),
-    "step_svi_h_sto": ("Pyro SVI, H-STO MAP", lambda n: svi_step()),
-    "predict_vectorised": ("predict, S = 10 batched", lambda n: predictive("vectorised", n)),
-    "predict_sequential": ("10 × predict, S = 1", lambda n: predictive("sequential", n)),
-    "predict_pyro": ("pyro Predictive, S = 10", lambda n: predictive("pyro", n)),
+CASES: dict[str, tuple[str, Callable[[int, str], Callable[[], None]]]] = {
+    "attn_softmax": (
+        "deterministic (fused SDPA)",
+        lambda n, d: attention_layer("softmax", True, d),
+    ),
+    "attn_sto": ("STO, fused path", lambda n, d: attention_layer("sto", True, d)),
+    "attn_h_sto": ("H-STO, fused path", lambda n, d: attention_layer("h_sto", True, d)),
+    "attn_sto_site": ("STO, site path", lambda n, d: attention_layer("sto", False, d)),
+    "attn_h_sto_site": ("H-STO, site path", lambda n, d: attention_layer("h_sto", False, d)),
+    "attn_sgpa": ("SGPA decoupled (M_g = 16)", lambda n, d: attention_layer("sgpa", False, d)),
+    "step_plain_softmax": (
+        "plain PyTorch, deterministic",
+        lambda n, d: plain_step("softmax", False, d),
+    ),
+    "step_plain_h_sto": (
+        "plain PyTorch, H-STO MAP loss",
+        lambda n, d: plain_step("h_sto", True, d),
+    ),
+    "step_svi_h_sto": ("Pyro SVI, H-STO MAP", lambda n, d: svi_step(d)),
+    "predict_vectorised": ("predict, S = 10 batched", lambda n, d: predictive("vectorised", n, d)),
+    "predict_sequential": ("10 × predict, S = 1", lambda n, d: predictive("sequential", n, d)),
+    "predict_pyro": ("pyro Predictive, S = 10", lambda n, d: predictive("pyro", n, d)),
     "predict_pyro_sequential": (
         "10 × pyro Predictive, S = 1",
-        lambda n: predictive("pyro_sequential", n),
+        lambda n, d: predictive("pyro_sequential", n, d),
     ),
-    "predict_vectorised_4n": ("predict, S = 10, 4N", lambda n: predictive("vectorised", 4 * n)),
-    "digits_vectorised": ("digits: predict, S = 10", lambda n: digits_predictive("vectorised")),
-    "digits_sequential": ("digits: 10 × predict, S = 1", lambda n: digits_predictive("seq")),
+    "predict_vectorised_4n": (
+        "predict, S = 10, 4N",
+        lambda n, d: predictive("vectorised", 4 * n, d),
+    ),
+    "digits_vectorised": (
+        "digits: predict, S = 10",
+        lambda n, d: digits_predictive("vectorised", d),
+    ),
+    "digits_sequential": ("digits: 10 × predict, S = 1", lambda n, d: digits_predictive("seq", d)),
 }
 
 
-def run_case(name: str, repeats: int, examples: int) -> dict[str, float]:
-    """Run one case in this process and return its time and memory."""
+def run_case(name: str, repeats: int, examples: int, device: str) -> dict[str, float]:
+    """Run one case in this process and return its time and its peak memory above what it held
+    once its inputs were built: resident memory on the CPU, allocated GPU memory on CUDA."""
     torch.manual_seed(0)
     pyro.set_rng_seed(0)
-    step = CASES[name][1](examples)
-    before = rss_mib()
-    seconds = median_seconds(step, repeats)
-    return {"seconds": seconds, "peak_mib": max(0.0, peak_rss_mib() - before)}
+    step = CASES[name][1](examples, device)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated() / 2**20
+        seconds = median_seconds(step, repeats, device)
+        peak = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        before = rss_mib()
+        seconds = median_seconds(step, repeats, device)
+        peak = peak_rss_mib()
+    return {"seconds": seconds, "peak_mib": max(0.0, peak - before)}
 
 
-def measure(name: str, repeats: int, examples: int) -> dict[str, float]:
+def measure(name: str, repeats: int, examples: int, device: str) -> dict[str, float]:
     """Run one case in a fresh process, so that its peak memory is its own."""
     command = [sys.executable, __file__, "--case", name, "--repeats", str(repeats)]
-    command += ["--examples", str(examples)]
+    command += ["--examples", str(examples), "--device", device]
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -300,23 +332,28 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--examples", type=int, default=128, help="N of the predictive cases")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--case", choices=list(CASES), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("speed.py --device cuda: no CUDA device on this machine")
     if args.case:
-        print(json.dumps(run_case(args.case, args.repeats, args.examples)))
+        print(json.dumps(run_case(args.case, args.repeats, args.examples, args.device)))
         return
 
+    gpu = f"{torch.cuda.get_device_name()} on " if args.device == "cuda" else ""
     print(
-        f"{cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"{gpu}{cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads, median of {args.repeats} runs"
     )
     print(f"B = {BATCH}, L = {LENGTH}, D = 128, H = 8, d_h = 16; predictive N = {args.examples}\n")
+    peak = "peak GPU" if args.device == "cuda" else "peak"
     results = {}
     for name, (label, _) in CASES.items():
-        results[name] = measure(name, args.repeats, args.examples)
+        results[name] = measure(name, args.repeats, args.examples, args.device)
         print(
             f"  {label:<32} {results[name]['seconds']:8.3f} s  "
-            f"peak {results[name]['peak_mib']:7.0f} MiB",
+            f"{peak} {results[name]['peak_mib']:7.0f} MiB",
             flush=True,
         )
 
@@ -342,7 +379,7 @@ def main(argv: list[str] | None = None) -> None:
     growth = (
         results["predict_vectorised_4n"]["peak_mib"] - results["predict_vectorised"]["peak_mib"]
     )
-    print(f"  {'predict peak memory, 4N minus N':<42} {growth:+5.0f} MiB")
+    print(f"  {f'predict {peak} memory, 4N minus N':<42} {growth:+5.0f} MiB")
 
 
 if __name__ == "__main__":
