@@ -193,6 +193,33 @@ def test_two_processes_train_a_stochastic_model_into_one_run_folder_and_resume_a
         torch.testing.assert_close(weights(killed)[name], value, rtol=0, atol=0)
 
 
+def test_compare_on_two_processes_trains_each_run_once_and_writes_the_table_once(tmp_path):
+    model = tmp_path / "softmax.toml"
+    model.write_text(SOFTMAX_MODEL)
+    inference = inference_file(tmp_path, "map27.toml", MAP_27)
+    command = ["-m", "probtrans", "compare", str(model), "--inference", str(inference)]
+    command += ["--out", str(tmp_path / "cmp"), "--epochs", "1", "--quiet"]
+    child = torchrun(*command)
+    assert child.returncode == 0, child.stderr
+    lines = child.stdout.splitlines()  # rank 0's alone
+    assert sum(line.startswith("fit ") for line in lines) == 1
+    assert sum("softmax + map27 |" in line for line in lines) == 1
+    assert {p.name for p in (tmp_path / "cmp").iterdir()} == {
+        "runs",
+        "table.md",
+        "table.csv",
+        "figure.png",
+    }
+    (run,) = (tmp_path / "cmp" / "runs").iterdir()
+    assert {p.name for p in run.iterdir()} == RUN_FOLDER
+
+    again = torchrun(*command)  # every process agrees that the run is finished
+    assert again.returncode == 0, again.stderr
+    lines = again.stdout.splitlines()
+    assert not any(line.startswith("fit ") for line in lines)
+    assert sum("softmax + map27 |" in line for line in lines) == 1
+
+
 # ---------------------------------------------------------------- without a process group
 def test_each_process_takes_every_nth_row_of_a_global_batch():
     index = torch.arange(27)
