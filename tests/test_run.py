@@ -201,7 +201,9 @@ def test_bf16_training_runs_the_network_in_bfloat16_and_follows_float32(digits, 
         torch.manual_seed(0)  # the same initial weights
         classifier = build_classifier(tiny_spec(kind), digits)
         seen = dtypes.setdefault(precision, set())
-        classifier.head.register_forward_hook(lambda module, args, out: seen.add(out.dtype))
+        classifier.head.register_forward_hook(
+            lambda module, args, out, seen=seen: seen.add(out.dtype)
+        )
         results[precision] = train_classifier(classifier, digits, spec, progress=False)
         assert {p.dtype for p in classifier.parameters()} == {torch.float32}
     assert dtypes == {"fp32": {torch.float32}, "bf16": {torch.bfloat16, torch.float32}}
