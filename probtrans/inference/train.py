@@ -12,6 +12,17 @@ its Laplace approximation at the best state, on the whole training set. With a
 continues from its last finished epoch, drawing the same batches and random numbers it would have
 drawn without the interruption.
 
+History (``TrainResult.history``, a run's ``history.json``): per epoch, the means over its steps
+of the ELBO per example at full weight, ``elbo`` = ``expected_log_likelihood`` − ``kl``
+(E_q[log p(y | x, W)] − KL(q ‖ p); ``kl`` = ``kl_global`` + ``kl_amortised``, the weights' KL and
+the per-example KL terms such as SGPA's), and of ``objective``, the annealed and weighted ELBO the
+step maximised (E_q[log p(y | ·)] − a_t (β KL_global + KL_amortised)), all from the step's own
+traces (:func:`~probtrans.inference.objective.loss_and_terms`); the KL annealing a_t and learning
+rate of the epoch's last step; the validation metrics. The history is also written, epoch by
+epoch, to the training log ``train.logger`` names (:mod:`probtrans.inference.training_log`).
+After training, ``TrainResult.elbo_terms`` holds the same terms at the kept state from one pass
+over the whole training set (:meth:`SVITraining.training_set_elbo`).
+
 Divergence: a loss that is not finite, a network that produces NaN or infinite values, or a loss
 per example above ``train.divergence_factor`` times its scale at the start of the fit stops
 training with :class:`TrainingDiverged`, naming the epoch, the step and the likely cause; the
@@ -48,7 +59,7 @@ import numpy as np
 import pyro
 import pyro.util
 import torch
-from pyro.infer import ELBO
+from pyro.infer import Trace_ELBO
 from pyro.optim.clipped_adam import ClippedAdam
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
@@ -61,8 +72,16 @@ from probtrans.data import DataBundle
 from probtrans.distributed import Processes, current
 from probtrans.errors import ProbtransError
 from probtrans.inference.guide import GuideChoice, build_guide, given_guide, guide_parameters
-from probtrans.inference.objective import KLWeight, make_elbo, self_guided
+from probtrans.inference.objective import (
+    TERMS,
+    KLWeight,
+    elbo_record,
+    loss_and_terms,
+    make_elbo,
+    self_guided,
+)
 from probtrans.inference.predictive import predict
+from probtrans.inference.training_log import open_log
 from probtrans.model import Classifier
 from probtrans.specs import InferenceSpec, OptimSpec
 
@@ -110,6 +129,7 @@ class TrainResult:
     history: list[dict]
     best: BestState
     seconds: float  # training time, summed over resumed sessions
+    elbo_terms: dict[str, float]  # at the best state: SVITraining.training_set_elbo
 
 
 @dataclass
@@ -254,7 +274,7 @@ class ElboObjective(nn.Module):
     and the guide (a module); what ``DistributedDataParallel`` wraps, as Pyro's ``ELBOModule``."""
 
     def __init__(
-        self, classifier: Classifier, guide: Callable, kl: KLWeight, elbo: ELBO, n_data: int
+        self, classifier: Classifier, guide: Callable, kl: KLWeight, elbo: Trace_ELBO, n_data: int
     ) -> None:
         super().__init__()
         self.classifier = classifier
@@ -262,10 +282,14 @@ class ElboObjective(nn.Module):
         self.model, self.weighted_guide = kl(self_guided(classifier)), kl(guide)
         self.elbo, self.n_data = elbo, n_data
 
-    def forward(self, index: Tensor, inputs: Tensor, mask: Tensor | None, labels: Tensor) -> Tensor:
-        """The negative ELBO of the batch for a training set of ``n_data`` rows (the plate
-        scales the likelihood by n_data / B)."""
-        return self.elbo.differentiable_loss(
+    def forward(
+        self, index: Tensor, inputs: Tensor, mask: Tensor | None, labels: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """The negative (weighted, annealed) ELBO of the batch for a training set of ``n_data``
+        rows (the plate scales the likelihood by n_data / B), and the ELBO's terms of the same
+        traces at full weight (:func:`~probtrans.inference.objective.loss_and_terms`)."""
+        return loss_and_terms(
+            self.elbo,
             self.model,
             self.weighted_guide,
             inputs,
@@ -345,7 +369,7 @@ class SVITraining:
         rng = pyro.util.get_rng_state()
         params = [p for p in self.objective.parameters() if p.requires_grad]
         try:
-            self.loss(*next(self.data.train.batches(2))).backward()
+            self.loss(*next(self.data.train.batches(2)))[0].backward()
             return any(p.grad is None for p in params)
         finally:
             for p in params:
@@ -377,10 +401,10 @@ class SVITraining:
         mask: Tensor | None,
         labels: Tensor,
         objective: nn.Module | None = None,
-    ) -> Tensor:
-        """The negative ELBO of a batch, for the whole training set (the plate scales it), by
-        ``objective`` (default: the objective without ``DistributedDataParallel``), in the
-        spec's precision."""
+    ) -> tuple[Tensor, Tensor]:
+        """The negative ELBO of a batch and its terms (see :class:`ElboObjective`), for the whole
+        training set (the plate scales them), by ``objective`` (default: the objective without
+        ``DistributedDataParallel``), in the spec's precision."""
         batch = [None if t is None else self.to_device(t) for t in (index, inputs, mask, labels)]
         autocast = torch.autocast(
             torch.device(self.device).type,
@@ -399,16 +423,18 @@ class SVITraining:
         self.kl.annealing = 1.0
         try:
             batch = next(self.data.train.batches(self.spec.train.batch_size))
-            value = self.loss(*batch).item() / len(self.data.train)
+            value = self.loss(*batch)[0].item() / len(self.data.train)
         finally:
             self.kl.annealing = annealing
             pyro.util.set_rng_state(rng)
         return max(1.0, abs(value)) if math.isfinite(value) else 1.0
 
-    def epoch(self, epoch: int, progress: bool, limit: float = math.inf) -> float:
-        """One pass over the shuffled training data; returns the mean ELBO per example. Raises
-        :class:`TrainingDiverged` when the loss per example is not finite or exceeds ``limit``,
-        or the network's values are."""
+    def epoch(self, epoch: int, progress: bool, limit: float = math.inf) -> dict[str, float]:
+        """One pass over the shuffled training data; returns the epoch's training record: the
+        means over its steps of the ELBO and its terms per example (:func:`elbo_record`) and of
+        the ``objective`` per example (−loss / N), the KL annealing and learning rate of its last
+        step. Raises :class:`TrainingDiverged` when the loss per example is not finite or exceeds
+        ``limit``, or the network's values are."""
         n_train, train, processes = len(self.data.train), self.spec.train, self.processes
         self.classifier.train()
         batches = self.data.train.batch_indices(
@@ -425,23 +451,25 @@ class SVITraining:
             leave=False,
             disable=not progress,
         )
-        total = 0.0
+        total, total_terms, lr = 0.0, torch.zeros(len(TERMS), dtype=torch.float64), math.nan
         for step, index in enumerate(bar):
             self.kl.annealing = kl_annealing_at(self.spec, epoch - 1 + step / self.steps_per_epoch)
             self.optimizer.zero_grad()
             part = processes.shard(index)
             share = len(part) / len(index)  # of the global batch; 0 for a part left empty
             batch = self.data.train.batch(part if len(part) else index[:1])
-            loss, invalid = None, 0.0
+            loss, terms, invalid = None, torch.zeros(len(TERMS), dtype=torch.float64), 0.0
             try:
-                loss = self.loss(*batch, objective=self.step_loss) * (processes.size * share)
+                loss, terms = self.loss(*batch, objective=self.step_loss)
+                loss = loss * (processes.size * share)
             except ValueError as err:  # Pyro's check of a distribution's parameters
                 if "invalid values" not in str(err):
                     raise
                 invalid = 1.0
             weighted = 0.0 if loss is None else loss.item() / processes.size
             stats = torch.tensor([weighted, invalid], dtype=torch.float64)
-            value, invalid = processes.sum(stats).tolist()
+            summed = processes.sum(torch.cat([stats, terms * share]))  # the global batch's
+            value, invalid = summed[:2].tolist()
             if invalid:
                 what = "the network produced NaN or infinite values"
                 raise TrainingDiverged(epoch, step + 1, self.steps_per_epoch, what, self.spec)
@@ -450,11 +478,38 @@ class SVITraining:
                 what = f"the loss per example is {per_example:.4g} (limit {limit:.4g})"
                 raise TrainingDiverged(epoch, step + 1, self.steps_per_epoch, what, self.spec)
             loss.backward()
+            lr = self.optimizer.param_groups[0]["lr"]
             self.optimizer.step()
             self.schedule.step()
             total += value
+            total_terms += summed[2:]
         self.classifier.eval()
-        return -total / self.steps_per_epoch / n_train
+        mean_terms = total_terms / self.steps_per_epoch / n_train
+        return {
+            **elbo_record(mean_terms.tolist()),
+            "objective": -total / self.steps_per_epoch / n_train,
+            "kl_annealing": self.kl.annealing,
+            "lr": lr,
+        }
+
+    @torch.no_grad()
+    def training_set_elbo(self, seed: int) -> dict[str, float]:
+        """The ELBO per example and its terms (:func:`elbo_record`) at the current state, at full
+        weight (unannealed, β = 1), from one pass over the whole training set in batches of
+        ``train.batch_size`` rows, in order, each batch's estimate weighted by its rows, the
+        network in evaluation mode (no dropout, as the predictive runs it). The draws are those
+        of ``seed``; every random generator is left as it was."""
+        n_train, rng = len(self.data.train), pyro.util.get_rng_state()
+        self.classifier.eval()
+        mean = torch.zeros(len(TERMS), dtype=torch.float64)
+        try:
+            pyro.set_rng_seed(seed)
+            for batch in self.data.train.batches(self.spec.train.batch_size):
+                per_example = self.loss(*batch)[1] / n_train  # this batch's estimate
+                mean += per_example * (len(batch[0]) / n_train)
+        finally:
+            pyro.util.set_rng_state(rng)
+        return elbo_record(mean.tolist())
 
     def best_state(self, epoch: int, value: float) -> BestState:
         return BestState(
@@ -477,17 +532,21 @@ def train_classifier(
     resumable: Resumable | None = None,
     progress: bool = True,
     guide: GuideChoice | None = None,
+    log_dir: Path | None = None,
 ) -> TrainResult:
     """Train ``classifier`` on ``data.train`` by SVI; keep the best state on validation.
 
     ``guide``: a guide given in Python instead of the one ``spec`` names. ``on_improve`` is
     called with every new best state and the guide (e.g. to write a checkpoint). With
     ``resumable``, the state is saved there after every epoch, and a matching saved state is
-    continued instead of starting over.
+    continued instead of starting over. ``log_dir``: the run folder that gets the training log
+    ``spec.train.logger`` names (:mod:`probtrans.inference.training_log`); none without it.
+    The result's ``elbo_terms`` are those of :meth:`SVITraining.training_set_elbo` at the best
+    state (before a Laplace approximation), with the draws of ``seed``.
 
     In a process group (:func:`probtrans.distributed.current`), every process calls this with
-    the same arguments; rank 0's ``resumable`` and ``on_improve`` are used and the others' are
-    ignored (see the module docstring).
+    the same arguments; rank 0's ``resumable``, ``on_improve`` and ``log_dir`` are used and the
+    others' are ignored (see the module docstring).
     """
     processes = current()
     pyro.set_rng_seed(seed)
@@ -514,43 +573,46 @@ def train_classifier(
         total=last,
         disable=not progress,
     )
-    for epoch in bar:
-        started = time.perf_counter()
-        record = {
-            "epoch": epoch,
-            "elbo": svi.epoch(epoch, progress, limit),
-            "kl_annealing": svi.kl.annealing,
-        }
-        record.update(
-            processes.share(lambda: validation_metric(classifier, svi.guide, data, spec, device))
-        )
-        state.history.append(record)
-        value = record[monitor]
-        if improves(value, state.best, spec.train.monitor):
-            state.best, state.bad_epochs = svi.best_state(epoch, value), 0
-            if on_improve is not None and processes.is_main:
-                on_improve(state.best, svi.guide)
-        else:
-            state.bad_epochs += 1
-        bar.set_postfix(elbo=f"{record['elbo']:.3f}", **{monitor: f"{value:.4f}"})
-        state.epoch = epoch
-        state.stopped = bool(spec.train.patience) and state.bad_epochs >= spec.train.patience
-        state.seconds += time.perf_counter() - started
-        if resumable is not None or processes.distributed:
-            stateful = {key: item.state_dict() for key, item in svi.stateful().items()}
-            if processes.distributed:  # every process's random state, on rank 0
-                stateful["rng"] = processes.gather(stateful["rng"])
-            if resumable is not None and processes.is_main:
-                resumable.save({**state.as_dict(), **stateful})
-        if state.stopped:
-            break
+    log = open_log(spec.train.logger, log_dir if processes.is_main else None, state.epoch + 1)
+    with log:
+        for epoch in bar:
+            started = time.perf_counter()
+            record = {"epoch": epoch, **svi.epoch(epoch, progress, limit)}
+            record.update(
+                processes.share(
+                    lambda: validation_metric(classifier, svi.guide, data, spec, device)
+                )
+            )
+            state.history.append(record)
+            value = record[monitor]
+            if improves(value, state.best, spec.train.monitor):
+                state.best, state.bad_epochs = svi.best_state(epoch, value), 0
+                if on_improve is not None and processes.is_main:
+                    on_improve(state.best, svi.guide)
+            else:
+                state.bad_epochs += 1
+            bar.set_postfix(elbo=f"{record['elbo']:.3f}", **{monitor: f"{value:.4f}"})
+            state.epoch = epoch
+            state.stopped = bool(spec.train.patience) and state.bad_epochs >= spec.train.patience
+            seconds = time.perf_counter() - started
+            state.seconds += seconds
+            log.epoch(state.history, seconds)  # before the state: a resumed fit logs it again
+            if resumable is not None or processes.distributed:
+                stateful = {key: item.state_dict() for key, item in svi.stateful().items()}
+                if processes.distributed:  # every process's random state, on rank 0
+                    stateful["rng"] = processes.gather(stateful["rng"])
+                if resumable is not None and processes.is_main:
+                    resumable.save({**state.as_dict(), **stateful})
+            if state.stopped:
+                break
     bar.close()
     classifier.load_state_dict(state.best.model_state)
     svi.guide_state.load_state_dict(state.best.guide_state)
+    elbo_terms = processes.share(lambda: svi.training_set_elbo(seed))
     trained = svi.guide
     if hasattr(trained, "laplace_approximation"):
         trained = laplace_guide(trained, data, device)
-    return TrainResult(trained, state.history, state.best, state.seconds)
+    return TrainResult(trained, state.history, state.best, state.seconds, elbo_terms)
 
 
 def laplace_guide(guide: Callable, data: DataBundle, device: str) -> Callable:
