@@ -1,14 +1,11 @@
-"""Tests of probtrans.report: the run figure and the terminal table."""
+"""Tests of probtrans.report: the terminal tables (the figures: tests/test_figures.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from matplotlib.figure import Figure
 
 from probtrans import metrics, report
-
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture
@@ -21,47 +18,6 @@ def run_probs() -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         "flatter": rng.dirichlet(np.full(3, 9.0), size=(4, 30)),
     }
     return probs_in, labels_in, probs_out
-
-
-def test_save_run_figure_writes_png_atomically(tmp_path, run_probs):
-    target = tmp_path / "figures" / "run.png"
-    result = report.save_run_figure(target, *run_probs, title="digits / mean-field")
-    assert result == target
-    data = target.read_bytes()
-    assert len(data) > 1000
-    assert data.startswith(PNG_SIGNATURE)
-    assert [p.name for p in (tmp_path / "figures").iterdir()] == ["run.png"]
-
-
-def test_save_run_figure_replaces_existing_file(tmp_path, run_probs):
-    target = tmp_path / "run.png"
-    target.write_bytes(b"old")
-    report.save_run_figure(str(target), *run_probs)
-    assert target.read_bytes().startswith(PNG_SIGNATURE)
-    assert [p.name for p in tmp_path.iterdir()] == ["run.png"]
-
-
-def test_reliability_diagram_shows_ece(run_probs):
-    probs_in, labels_in, _ = run_probs
-    mean = probs_in.mean(axis=0)
-    ax = Figure().subplots()
-    report.reliability_diagram(ax, mean, labels_in, n_bins=10, label="model")
-    expected = f"model (ECE = {metrics.ece(mean, labels_in, 10):.4f})"
-    assert expected in [text.get_text() for text in ax.get_legend().get_texts()]
-    filled = int((metrics.calibration_bins(mean, labels_in, 10)["count"] > 0).sum())
-    assert len(ax.patches) == filled
-
-
-def test_uncertainty_histograms_name_each_set_with_its_auroc():
-    ax = Figure().subplots()
-    scores_out = {"far": np.array([0.5, 0.9]), "near": np.array([0.15, 0.25])}
-    report.uncertainty_histograms(ax, np.array([0.1, 0.2, 0.3]), scores_out, name="MI")
-    legend = [text.get_text() for text in ax.get_legend().get_texts()]
-    assert legend == ["in-domain test", "far (AUROC 1.000)", "near (AUROC 0.500)"]
-    assert ax.get_xlabel() == "MI"
-    empty = Figure().subplots()
-    report.uncertainty_histograms(empty, np.array([0.1, 0.2]), {})
-    assert empty.get_title() == "no out-of-domain examples"
 
 
 def test_format_ood_table_has_every_set_score_and_measure(run_probs):
@@ -97,21 +53,6 @@ def test_format_table_selects_keys_and_rejects_unknown():
     assert "accuracy" not in table
     with pytest.raises(ValueError, match="keys not in metrics: brier"):
         report.format_table(values, keys=["brier"])
-
-
-def test_many_sets_are_shown_as_box_plots_with_their_auroc(tmp_path, run_probs):
-    probs_in, labels_in, probs_out = run_probs
-    many = {f"set{i}": probs_out["flat"] for i in range(report.MAX_OVERLAID + 2)}
-    report.save_run_figure(tmp_path / "run.png", probs_in, labels_in, many)
-    assert (tmp_path / "run.png").read_bytes().startswith(PNG_SIGNATURE)
-    ax = Figure().subplots()
-    entropy_in = metrics.predictive_entropy(probs_in)
-    entropy_out = {k: metrics.predictive_entropy(p) for k, p in many.items()}
-    report.uncertainty_boxes(ax, entropy_in, entropy_out)
-    auroc = metrics.ood_detection(entropy_in, entropy_out["set0"])["auroc"]
-    ticks = [t.get_text() for t in ax.get_yticklabels()]
-    assert ticks[0] == "in-domain test" and ticks[1] == f"set0 ({auroc:.3f})"
-    assert len(ticks) == 1 + len(many)
 
 
 def test_run_table_puts_every_predictive_side_by_side():

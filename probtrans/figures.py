@@ -1,0 +1,669 @@
+"""Figures of posterior predictives: a run's ``report.png`` and a comparison's ``figure.png``.
+
+Figures are built on :class:`matplotlib.figure.Figure` objects, never on pyplot's global state,
+so no GUI backend is needed and a notebook's backend is left alone; PNGs are rendered by Agg
+(:func:`probtrans.io.save_png`). Each panel function draws one question on an ``Axes`` given to
+it, so notebooks can compose their own figures:
+
+* :func:`reliability_diagram` — is the confidence right? accuracy per confidence bin, the gap
+  to the bin's mean confidence, and (beneath, on ``counts_ax``) how many examples each bin holds;
+* :func:`uncertainty_histograms` / :func:`uncertainty_boxes` — does an uncertainty score rise
+  out of domain? (AUROC per set);
+* :func:`roc_curves` — how well does it flag out-of-domain inputs at every threshold?
+* :func:`risk_coverage_curve` — how much error is left when only the most confident are kept?
+* :func:`training_curves` — how did the objective and the validation metrics move per epoch?
+
+:func:`run_figure` puts them on one page for a run; :func:`comparison_figure` overlays methods.
+Confidence axes span the attainable range [1/C, 1] (a top-label probability is at least 1/C).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter, StrMethodFormatter
+from sklearn.metrics import roc_curve
+
+from probtrans.io import read_json, save_png
+from probtrans.metrics import (
+    aurc,
+    calibration_bins,
+    ece,
+    mce,
+    mutual_information,
+    ood_detection,
+    predictive_entropy,
+    predictive_mean,
+    risk_coverage,
+    uncertainty_scores,
+)
+from probtrans.summary import ood_sets, ood_split, summarise
+
+#: out-of-domain sets whose histograms (and ROC legend entries) the run figure shows; more are
+#: shown as box plots (and as grey ROC curves, the best and the worst named)
+MAX_OVERLAID = 5
+#: the size of a run figure (inches; 1800 × 1080 px at the 120 dpi of ``save_png``)
+RUN_FIGSIZE = (15.0, 9.0)
+#: the size of a comparison figure, whatever its number of methods
+COMPARISON_FIGSIZE = (16.0, 10.0)
+#: weight guides in words (``[guide] name``); MAP becomes maximum likelihood without priors
+GUIDE_WORDS = {
+    "delta": "MAP (point mass)",
+    "normal": "mean-field normal",
+    "lowrank": "low-rank + diagonal normal",
+}
+#: uncertainty scores in words (axis labels)
+SCORE_WORDS = {
+    "msp": "1 − max probability",
+    "entropy": "predictive entropy (nats)",
+    "expected_entropy": "expected entropy (nats)",
+    "mutual_information": "mutual information (nats)",
+    "std_top": "std of top-class probability",
+    "energy": "free energy",
+}
+#: history keys of the objective panel (nats per example) and their legend names
+OBJECTIVE_KEYS = {
+    "elbo": "ELBO",
+    "expected_log_likelihood": "expected log-likelihood",
+    "kl": "KL(q ‖ p)",
+    "objective": "objective (KL annealed)",
+}
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h")
+IN_DOMAIN = "in-domain test"
+SMALL = "small"
+#: a legend beside its axes, on the right, where it covers no data
+OUTSIDE_RIGHT = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "fontsize": SMALL}
+
+
+class Predictive(Protocol):
+    """A posterior predictive over splits (:class:`probtrans.compare.Instance`)."""
+
+    probs: dict[str, np.ndarray]  # split → (S, N, C)
+    labels: dict[str, np.ndarray]  # split → (N,)
+    energy: dict[str, np.ndarray] | None  # split → (N,)
+
+
+# ----------------------------------------------------------------------------- words
+def guide_in_words(guide: str, weight_priors: str = "all") -> str:
+    """The guide named ``guide`` in words; ``delta`` without weight priors
+    (``[model.prior] weights = "none"``) is maximum likelihood."""
+    if guide == "delta" and weight_priors == "none":
+        return "maximum likelihood (no weight priors)"
+    words = GUIDE_WORDS.get(guide, guide)
+    if weight_priors == "last_layer":
+        words += " on the last layer"
+    elif weight_priors == "none":
+        words += " (no weight priors)"
+    return words
+
+
+def run_title(
+    data: str,
+    attention: str,
+    guide: str,
+    samples: int,
+    weight_priors: str = "all",
+    inducing: str | None = None,
+) -> str:
+    """What a run is, for its figure: data, attention kind, the guide in words (with the guide
+    of the inducing variables, ``inducing``, for SGPA attention, the kind that has them), and
+    the number of posterior samples."""
+    words = guide_in_words(guide, weight_priors)
+    if inducing and attention == "sgpa":
+        words += f", inducing variables: {inducing}"
+    return f"{data} · {attention} attention · guide: {words} · S = {samples} posterior samples"
+
+
+def score_label(name: str) -> str:
+    return SCORE_WORDS.get(name, name)
+
+
+def short(label: str) -> str:
+    """An axis label without its unit: ``predictive entropy (nats)`` → ``predictive entropy``."""
+    return label.split(" (")[0]
+
+
+# ----------------------------------------------------------------------------- helpers
+def confidence_range(n_classes: int) -> tuple[float, float]:
+    """The attainable top-label confidences [1/C, 1]."""
+    return 1.0 / n_classes, 1.0
+
+
+def set_colours(names: Sequence[str]) -> dict[str, str]:
+    """In-domain blue (C0), then the sets in order; the same in every panel of a run figure."""
+    return {name: f"C{i % 9 + 1}" for i, name in enumerate(names)}
+
+
+def method_colours(n: int) -> list[Any]:
+    """Colours of ``n`` methods: tab10, or tab20 beyond ten methods."""
+    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def legend_entries(ax: Axes) -> list[str]:
+    legend = ax.get_legend()
+    return [] if legend is None else [t.get_text() for t in legend.get_texts()]
+
+
+def nonempty(scores: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v, dtype=np.float64) for k, v in scores.items() if len(v)}
+
+
+def note(ax: Axes, text: str) -> None:
+    """A grey note in the middle of an empty panel."""
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="grey")
+
+
+# ----------------------------------------------------------------------------- panels
+def reliability_diagram(
+    ax: Axes,
+    mean_probs: np.ndarray,
+    labels: np.ndarray,
+    n_bins: int = 15,
+    label: str | None = None,
+    counts_ax: Axes | None = None,
+    log_counts: bool = True,
+) -> None:
+    """Draw the top-label reliability diagram (Guo et al. 2017) on ``ax``.
+
+    One bar per non-empty bin of :func:`probtrans.metrics.calibration_bins`, spanning the bin and
+    as high as the bin's accuracy; hatched, the gap to the bin's mean confidence; the diagonal
+    is perfect calibration. The title gives the ECE and the MCE with the number of examples in
+    the bin the MCE comes from (after ``label`` when given). With ``counts_ax`` (an axes
+    beneath, sharing the x axis), the examples per bin as bars (log scale with ``log_counts``):
+    a bin's gap means little when it holds a handful of examples. The x axis spans [1/C, 1].
+    """
+    mean_probs = np.asarray(mean_probs, dtype=np.float64)
+    bins = calibration_bins(mean_probs, labels, n_bins)
+    filled = bins["count"] > 0
+    left, width = bins["edges"][:-1][filled], np.diff(bins["edges"])[filled]
+    accuracy, confidence = bins["accuracy"][filled], bins["confidence"][filled]
+    gaps = np.abs(accuracy - confidence)
+    ax.bar(
+        left,
+        accuracy,
+        width=width,
+        align="edge",
+        edgecolor="black",
+        alpha=0.75,
+        color="C0",
+        label="accuracy",
+    )
+    ax.bar(
+        left,
+        confidence - accuracy,
+        bottom=accuracy,
+        width=width,
+        align="edge",
+        color="none",
+        edgecolor="C3",
+        hatch="//",
+        label="gap to confidence",
+    )
+    low, high = confidence_range(mean_probs.shape[1])
+    ax.plot([low, high], [low, high], linestyle="--", color="grey", label="calibrated")
+    ax.set_xlim(low, high)
+    ax.set_ylim(0.0, 1.0)
+    ax.set_ylabel("accuracy")
+    worst = int(np.argmax(gaps))
+    title = (
+        f"ECE {ece(mean_probs, labels, n_bins):.4f} · MCE {mce(mean_probs, labels, n_bins):.4f}"
+        f" (a bin of {int(bins['count'][filled][worst])}/{len(labels)})"
+    )
+    ax.set_title(f"reliability: {title}" if label is None else f"{label}: {title}", pad=22)
+    # one row between the title and the bars, where it covers none of them
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=3, fontsize=SMALL, frameon=False)
+    if counts_ax is None:
+        ax.set_xlabel("confidence (top-label probability)")
+        return
+    counts_ax.bar(
+        left,
+        bins["count"][filled],
+        width=width,
+        align="edge",
+        color="grey",
+        edgecolor="black",
+        label="examples in bin",
+    )
+    if log_counts:
+        counts_ax.set_yscale("log")
+        counts_ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 3.0), numticks=12))
+        counts_ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+        counts_ax.yaxis.set_minor_formatter(NullFormatter())
+    counts_ax.set_xlim(low, high)
+    counts_ax.set_ylabel("examples")
+    counts_ax.set_xlabel("confidence (top-label probability)")
+    ax.tick_params(labelbottom=False)
+
+
+def uncertainty_histograms(
+    ax: Axes,
+    score_in: np.ndarray,
+    scores_out: dict[str, np.ndarray],
+    name: str = "predictive entropy",
+    colours: Mapping[str, str] | None = None,
+) -> None:
+    """Draw overlaid density histograms of an uncertainty score: the in-domain test split and
+    each out-of-domain set, on shared bins; each set's legend entry gives its AUROC
+    (:func:`probtrans.metrics.ood_detection`). Without out-of-domain sets, in-domain alone.
+    A score that is the same for every example (the mutual information of a deterministic
+    predictive) gets a note saying so.
+    """
+    score_in = np.asarray(score_in, dtype=np.float64)
+    scores_out = nonempty(scores_out)
+    colours = colours or set_colours(list(scores_out))
+    every = np.concatenate([score_in, *scores_out.values()])
+    edges = np.histogram_bin_edges(every, bins=30)
+    ax.hist(score_in, bins=edges, density=True, alpha=0.6, color="C0", label=IN_DOMAIN)
+    for set_name, score_out in scores_out.items():
+        auroc = ood_detection(score_in, score_out)["auroc"]
+        ax.hist(
+            score_out,
+            bins=edges,
+            density=True,
+            alpha=0.45,
+            histtype="stepfilled",
+            color=colours.get(set_name),
+            label=f"{set_name} (AUROC {auroc:.3f})",
+        )
+    if np.ptp(every) == 0:
+        note(ax, f"{name} = {every[0]:.3g} for every example")
+    title = f"{short(name)}: in-domain vs OOD" if scores_out else "no out-of-domain examples"
+    ax.set_title(title)
+    ax.set_xlabel(name)  # the score names the x axis
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
+    ax.set_ylabel("density")
+    top = ax.get_ylim()[1]
+    ax.set_ylim(0.0, top * (1.15 + 0.1 * len(scores_out)))  # room for the legend above the bars
+    ax.legend(loc="upper right", fontsize=SMALL)
+
+
+def uncertainty_boxes(
+    ax: Axes,
+    score_in: np.ndarray,
+    scores_out: dict[str, np.ndarray],
+    name: str = "predictive entropy",
+) -> None:
+    """Draw one horizontal box plot of an uncertainty score per set — the in-domain test split
+    on top, then each out-of-domain set with its AUROC — for more sets than histograms can show
+    (boxes: quartiles; whiskers: 1.5 interquartile ranges)."""
+    score_in = np.asarray(score_in, dtype=np.float64)
+    scores_out = nonempty(scores_out)
+    labels = [IN_DOMAIN] + [
+        f"{k} ({ood_detection(score_in, v)['auroc']:.3f})" for k, v in scores_out.items()
+    ]
+    ax.boxplot([score_in, *scores_out.values()], orientation="horizontal", showfliers=False)
+    ax.set_yticks(range(1, len(labels) + 1), labels, fontsize=SMALL)
+    ax.invert_yaxis()
+    ax.set_xlabel(name)
+    ax.set_title(f"{short(name)}: in-domain vs OOD (AUROC)")
+
+
+def roc_curves(
+    ax: Axes,
+    score_in: np.ndarray,
+    scores_out: dict[str, np.ndarray],
+    name: str = "predictive entropy",
+    colours: Mapping[str, str] | None = None,
+) -> None:
+    """Draw the ROC curve of telling each out-of-domain set from the in-domain test split by
+    an uncertainty score (out-of-domain positive, scikit-learn ``roc_curve``), with the AUROC
+    of :func:`probtrans.metrics.ood_detection` in the legend. Beyond :data:`MAX_OVERLAID` sets
+    the curves are grey and only the best and the worst set are named."""
+    score_in = np.asarray(score_in, dtype=np.float64)
+    scores_out = nonempty(scores_out)
+    colours = colours or set_colours(list(scores_out))
+    ax.plot([0.0, 1.0], [0.0, 1.0], linestyle="--", color="grey", label="chance (AUROC 0.5)")
+    aurocs = {k: ood_detection(score_in, v)["auroc"] for k, v in scores_out.items()}
+    many = len(scores_out) > MAX_OVERLAID
+    named = {min(aurocs, key=aurocs.get), max(aurocs, key=aurocs.get)} if many else set(aurocs)
+    for set_name, score_out in scores_out.items():
+        is_ood = np.concatenate([np.zeros(score_in.size), np.ones(score_out.size)])
+        fpr, tpr, _ = roc_curve(is_ood, np.concatenate([score_in, score_out]))
+        shown = set_name in named
+        ax.plot(
+            fpr,
+            tpr,
+            color=colours.get(set_name) if shown else "lightgrey",
+            linewidth=1.8 if shown else 0.8,
+            zorder=3 if shown else 2,
+            label=f"{set_name} (AUROC {aurocs[set_name]:.3f})" if shown else None,
+        )
+    ax.set_xlim(0.0, 1.0)
+    ax.set_ylim(0.0, 1.0)
+    ax.set_xlabel("false-positive rate (in-domain flagged)")
+    ax.set_ylabel("true-positive rate (out-of-domain flagged)")
+    ax.set_title(f"OOD detection ROC by {short(name)}" if scores_out else "no out-of-domain sets")
+    legend_title = f"{len(scores_out)} sets: best and worst named" if many else None
+    ax.legend(loc="lower right", fontsize=SMALL, title=legend_title, title_fontsize=SMALL)
+
+
+def risk_ylim(risks: Sequence[tuple[np.ndarray, np.ndarray]]) -> float:
+    """A top for risk axes: the highest risk at coverage ≥ 5 % (the first few examples alone
+    give risks of 0 or 1), with a margin."""
+    top = max(float(r[c >= 0.05].max(initial=r[-1])) for c, r in risks)
+    return min(1.0, max(top * 1.15, 0.02))
+
+
+def oracle_risk(mean_probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """The risks of an oracle that keeps every correct example before any error."""
+    errors = int(np.sum(np.asarray(mean_probs).argmax(axis=1) != labels))
+    kept = np.arange(1, len(labels) + 1)
+    return np.maximum(kept - (len(labels) - errors), 0) / kept
+
+
+def risk_coverage_curve(
+    ax: Axes,
+    mean_probs: np.ndarray,
+    labels: np.ndarray,
+    label: str | None = None,
+    colour: Any = "C0",
+    marker: str | None = None,
+    oracle: bool = True,
+) -> None:
+    """Draw the risk–coverage curve of selective prediction by confidence
+    (:func:`probtrans.metrics.risk_coverage`) with its AURC in the legend (with ``label`` in
+    front when given) and, with ``oracle``, the best curve any ranking could reach."""
+    coverage, risk = risk_coverage(mean_probs, labels)
+    area = aurc(mean_probs, labels)
+    text = f"AURC {area:.4f}" if label is None else f"{label} (AURC {area:.4f})"
+    ax.plot(
+        coverage,
+        risk,
+        color=colour,
+        label=text,
+        marker=marker,
+        markevery=max(1, len(risk) // 8) if marker else None,
+    )
+    if oracle:
+        best = oracle_risk(mean_probs, labels)
+        ax.plot(
+            coverage, best, linestyle=":", color="grey", label=f"oracle (AURC {best.mean():.4f})"
+        )
+    ax.set_xlim(0.0, 1.0)
+    ax.set_ylim(0.0, risk_ylim([(coverage, risk)]))
+    ax.set_xlabel("coverage (most confident kept first)")
+    ax.set_ylabel("risk (error rate among kept)")
+    ax.set_title("selective prediction: risk–coverage")
+    ax.legend(loc="best", fontsize=SMALL)
+
+
+def training_curves(objective_ax: Axes, validation_ax: Axes, history: Sequence[dict]) -> None:
+    """Draw a run's ``history.json``: the per-example objective terms that are there (ELBO,
+    expected log-likelihood, KL, annealed objective) on ``objective_ax``, and the validation
+    metrics (``val_*``) with the KL annealing weight on ``validation_ax`` beneath, both by
+    epoch. Keys an older history lacks are skipped."""
+    epochs = [row.get("epoch", i + 1) for i, row in enumerate(history)]
+    present = {key for row in history for key in row}
+    for ax in (objective_ax, validation_ax):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    objective_ax.set_title("training (per epoch)")
+    objective_ax.set_ylabel("nats per example")
+    if not history:
+        note(objective_ax, "no training history (history.json)")
+        objective_ax.set_xlabel("epoch")
+        validation_ax.set_axis_off()
+        return
+    marker = "o" if len(history) <= 30 else None
+
+    def draw(ax: Axes, key: str, label: str, **style: Any) -> None:
+        values = [row.get(key, np.nan) for row in history]
+        ax.plot(epochs, values, marker=marker, markersize=3, label=label, **style)
+
+    for i, (key, label) in enumerate(OBJECTIVE_KEYS.items()):
+        if key in present:  # the objective dashed: it equals the ELBO without annealing
+            style = "--" if key == "objective" else "-"
+            draw(objective_ax, key, label, color=f"C{i}", linestyle=style)
+    objective_ax.tick_params(labelbottom=False)
+    objective_ax.legend(**OUTSIDE_RIGHT)
+    for i, key in enumerate(sorted(k for k in present if k.startswith("val_"))):
+        draw(validation_ax, key, key.removeprefix("val_"), color=f"C{i + 4}")
+    if "kl_annealing" in present:
+        draw(validation_ax, "kl_annealing", "KL weight", color="grey", linestyle=":")
+    validation_ax.set_ylabel("validation metric")
+    validation_ax.set_xlabel("epoch")
+    validation_ax.legend(**OUTSIDE_RIGHT)
+
+
+# ----------------------------------------------------------------------------- the run figure
+def read_history(path: str | os.PathLike[str]) -> list[dict]:
+    """A ``history.json`` (one record per epoch); no records where there is no file."""
+    return list(read_json(path)) if Path(path).is_file() else []
+
+
+def run_figure(
+    probs_in: np.ndarray,
+    labels_in: np.ndarray,
+    probs_out: dict[str, np.ndarray],
+    title: str = "",
+    history: Sequence[dict] | None = None,
+) -> Figure:
+    """A run on one page, a 2 × 3 grid: reliability with the examples per bin beneath,
+    predictive entropy and mutual information in vs out of domain (histograms, box plots
+    beyond :data:`MAX_OVERLAID` sets), the OOD ROC curves by predictive entropy,
+    risk–coverage, and the training curves of ``history``. ``probs_in`` (S, N_in, C) and each of
+    ``probs_out`` (S', N_out, C) are posterior-predictive samples."""
+    probs_out = {k: p for k, p in probs_out.items() if p.shape[1]}
+    many = len(probs_out) > MAX_OVERLAID
+    height = max(RUN_FIGSIZE[1], 0.5 * len(probs_out)) if many else RUN_FIGSIZE[1]
+    fig = Figure(figsize=(RUN_FIGSIZE[0], height), layout="constrained")
+    grid = fig.add_gridspec(2, 3)
+    calibration = grid[0, 0].subgridspec(2, 1, height_ratios=[3, 1])
+    reliability_ax = fig.add_subplot(calibration[0])
+    counts_ax = fig.add_subplot(calibration[1], sharex=reliability_ax)
+    entropy_ax, mi_ax = fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[0, 2])
+    roc_ax, risk_ax = fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1])
+    training = grid[1, 2].subgridspec(2, 1)
+    objective_ax = fig.add_subplot(training[0])
+    validation_ax = fig.add_subplot(training[1], sharex=objective_ax)
+
+    mean_in = predictive_mean(probs_in)
+    colours = set_colours(list(probs_out))
+    reliability_diagram(reliability_ax, mean_in, labels_in, counts_ax=counts_ax)
+    entropy_in = predictive_entropy(probs_in)
+    entropy_out = {k: predictive_entropy(p) for k, p in probs_out.items()}
+    for ax, name, score_in, scores_out in (
+        (entropy_ax, score_label("entropy"), entropy_in, entropy_out),
+        (
+            mi_ax,
+            score_label("mutual_information"),
+            mutual_information(probs_in),
+            {k: mutual_information(p) for k, p in probs_out.items()},
+        ),
+    ):
+        if many:
+            uncertainty_boxes(ax, score_in, scores_out, name)
+        else:
+            uncertainty_histograms(ax, score_in, scores_out, name, colours)
+    roc_curves(roc_ax, entropy_in, entropy_out, score_label("entropy"), colours)
+    risk_coverage_curve(risk_ax, mean_in, labels_in)
+    training_curves(objective_ax, validation_ax, history or [])
+    if title:
+        fig.suptitle(title, fontsize="x-large")
+    return fig
+
+
+def save_run_figure(
+    path: str | os.PathLike[str],
+    probs_in: np.ndarray,
+    labels_in: np.ndarray,
+    probs_out: dict[str, np.ndarray],
+    title: str = "",
+    history: Sequence[dict] | None = None,
+) -> Path:
+    """Write :func:`run_figure` as a PNG, atomically (:func:`probtrans.io.save_png`). Returns
+    ``path`` as a :class:`~pathlib.Path`."""
+    return save_png(run_figure(probs_in, labels_in, probs_out, title, history), path)
+
+
+# ----------------------------------------------------------------------------- comparisons
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for one value)."""
+    values = np.asarray(values, dtype=np.float64)
+    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
+
+
+def comparison_figure(
+    title: str,
+    methods: Mapping[str, Sequence[Predictive]],
+    id_metric: str = "accuracy",
+    ood_score: str = "entropy",
+    n_bins: int = 15,
+) -> Figure:
+    """Methods overlaid, one panel per question, at a fixed size whatever their number.
+
+    ``methods``: name → the method's predictives, one per seed (or one deep ensemble). Top
+    subfigure, the first predictive of each method: reliability (bin accuracy against bin mean
+    confidence, a line per method, marker area ∝ examples in the bin), risk–coverage, and the
+    ROC of the first out-of-domain set by ``ood_score``. Bottom subfigure, mean ± standard
+    deviation over the predictives of :func:`probtrans.summary.summarise`: ``id_metric``, NLL,
+    ECE, AURC and that set's AUROC, a row per method. One colour and marker per method in every
+    panel; the legend is outside, right. The axes are in ``fig.subfigs[0].axes`` (curves) and
+    ``fig.subfigs[1].axes`` (metrics).
+    """
+    names = list(methods)
+    styles = dict(
+        zip(names, zip(method_colours(len(names)), MARKERS * len(names), strict=False), strict=True)
+    )
+    fig = Figure(figsize=COMPARISON_FIGSIZE, layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[3, 2])
+    first = {name: predictives[0] for name, predictives in methods.items()}
+    sets = [k for k, p in ood_sets(first[names[0]].probs).items() if p.shape[1]]
+    reliability_ax, risk_ax, roc_ax = top.subplots(1, 3)
+    compared_reliability(reliability_ax, first, styles, n_bins)
+    compared_risk_coverage(risk_ax, first, styles)
+    compared_roc(roc_ax, first, styles, sets, ood_score)
+    handles = [
+        Line2D([], [], color=colour, marker=marker, label=name)
+        for name, (colour, marker) in styles.items()
+    ]
+    top.legend(handles=handles, loc="outside right upper", fontsize=SMALL, title="method")
+    compared_metrics(bottom, methods, styles, id_metric, ood_score, sets[0] if sets else None)
+    fig.suptitle(title, fontsize="x-large")
+    return fig
+
+
+Styles = Mapping[str, tuple[Any, str]]  # method → (colour, marker)
+
+
+def compared_reliability(
+    ax: Axes, first: Mapping[str, Predictive], styles: Styles, n_bins: int
+) -> None:
+    """Bin accuracy against bin mean confidence, a line per method, marker area ∝ bin size."""
+    n_classes = next(iter(first.values())).probs["test"].shape[-1]
+    low, high = confidence_range(n_classes)
+    ax.plot([low, high], [low, high], linestyle="--", color="grey")
+    for name, (colour, marker) in styles.items():
+        labels = first[name].labels["test"]
+        bins = calibration_bins(predictive_mean(first[name].probs["test"]), labels, n_bins)
+        filled = bins["count"] > 0
+        x, y = bins["confidence"][filled], bins["accuracy"][filled]
+        ax.plot(x, y, color=colour, label=name, linewidth=1.3)
+        size = 8 + 200 * bins["count"][filled] / len(labels)
+        ax.scatter(x, y, s=size, color=colour, marker=marker, zorder=3)
+    ax.set_xlim(low, high)
+    ax.set_ylim(0.0, 1.0)
+    ax.set_xlabel("mean confidence in bin (top-label probability)")
+    ax.set_ylabel("accuracy in bin")
+    ax.set_title("reliability (marker area ∝ examples in bin)")
+
+
+def compared_risk_coverage(ax: Axes, first: Mapping[str, Predictive], styles: Styles) -> None:
+    risks = []
+    for name, (colour, marker) in styles.items():
+        labels = first[name].labels["test"]
+        risks.append(risk_coverage(predictive_mean(first[name].probs["test"]), labels))
+        every = max(1, len(labels) // 6)
+        ax.plot(*risks[-1], color=colour, label=name, marker=marker, markevery=every, ms=5)
+    ax.set_xlim(0.0, 1.0)
+    ax.set_ylim(0.0, risk_ylim(risks))
+    ax.set_xlabel("coverage (most confident kept first)")
+    ax.set_ylabel("risk (error rate among kept)")
+    ax.set_title("selective prediction: risk–coverage")
+
+
+def compared_roc(
+    ax: Axes, first: Mapping[str, Predictive], styles: Styles, sets: list[str], score: str
+) -> None:
+    """The ROC of the first out-of-domain set by ``score``, a line per method that has it."""
+    ax.plot([0.0, 1.0], [0.0, 1.0], linestyle="--", color="grey")
+    ax.set_xlim(0.0, 1.0)
+    ax.set_ylim(0.0, 1.0)
+    ax.set_xlabel("false-positive rate (in-domain flagged)")
+    ax.set_ylabel("true-positive rate (out-of-domain flagged)")
+    if not sets:
+        ax.set_title("OOD detection: no out-of-domain sets")
+        return
+    split = ood_split(sets[0])
+    for name, (colour, marker) in styles.items():
+        probs, energy = first[name].probs, first[name].energy or {}
+        score_in = uncertainty_scores(probs["test"], energy.get("test")).get(score)
+        score_out = uncertainty_scores(probs[split], energy.get(split)).get(score)
+        if score_in is None or score_out is None:
+            continue  # no logits, no energy
+        is_ood = np.concatenate([np.zeros(score_in.size), np.ones(score_out.size)])
+        fpr, tpr, _ = roc_curve(is_ood, np.concatenate([score_in, score_out]))
+        every = max(1, len(fpr) // 6)
+        ax.plot(fpr, tpr, color=colour, label=name, marker=marker, markevery=every, ms=5)
+    more = f" (first of {len(sets)} sets)" if len(sets) > 1 else ""
+    ax.set_title(f"OOD ROC: {sets[0]} by {score}{more}")
+    if len(ax.lines) == 1:
+        note(ax, f"no method has the {score} score")
+
+
+def compared_metrics(
+    subfig: Any,
+    methods: Mapping[str, Sequence[Predictive]],
+    styles: Styles,
+    id_metric: str,
+    score: str,
+    ood_set: str | None,
+) -> None:
+    """One small panel per metric, a row per method: mean ± std over its predictives."""
+    summaries = {
+        name: [summarise(p.probs, p.labels, p.energy) for p in predictives]
+        for name, predictives in methods.items()
+    }
+    panels: list[tuple[str, str, Any]] = [
+        (f"ID {id_metric} ↑", f"{id_metric} (%)", lambda s: 100 * s[id_metric]),
+        ("NLL ↓", "NLL (nats)", lambda s: s["nll"]),
+        ("ECE ↓", "ECE (%)", lambda s: 100 * s["ece"]),
+        ("AURC ↓", "AURC (%)", lambda s: 100 * s["aurc"]),
+    ]
+    if ood_set is not None:
+
+        def auroc(s: dict[str, Any]) -> float:
+            return 100 * s["ood"][ood_set].get(score, {}).get("auroc", np.nan)
+
+        panels.append((f"{ood_set} AUROC by {score} ↑", "AUROC (%)", auroc))
+    axes = subfig.subplots(1, len(panels), sharey=True)
+    for ax, (title, unit, value) in zip(axes, panels, strict=True):
+        for row, (name, (colour, marker)) in enumerate(styles.items()):
+            mean, std = mean_std([value(s) for s in summaries[name]])
+            ax.errorbar(
+                mean,
+                row,
+                xerr=std,
+                color=colour,
+                marker=marker,
+                markersize=7,
+                capsize=4,
+                linestyle="none",
+            )
+        ax.set_title(title, fontsize="medium")
+        ax.set_xlabel(unit)
+        ax.grid(axis="x", alpha=0.3)
+        ax.margins(x=0.15)
+    axes[0].set_yticks(range(len(styles)), list(styles), fontsize=SMALL)
+    axes[0].set_ylim(len(styles) - 0.5, -0.5)
+    subfig.suptitle(
+        "mean ± std over seeds (error bars; none for one seed or an ensemble)", fontsize="medium"
+    )
