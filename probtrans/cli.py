@@ -28,6 +28,23 @@ DEFAULT_MODEL = "models/digits/h_sto.toml"
 DEFAULT_INFERENCE = "inference/map.toml"
 DEFAULT_SEGMENTATION = "models/digits_segmentation/gaussian_mixture.toml"
 SCHEMAS = ("model", "inference", "comparison", "segmentation")
+#: the metrics ``fit`` and ``evaluate`` print (:mod:`probtrans.summary`); a key the run lacks
+#: (``disagreement`` of one sample, ``test_elpd``) gets no row
+HEADLINE = (
+    "accuracy",
+    "nll",
+    "brier",
+    "ece",
+    "aece",
+    "mce",
+    "aurc",
+    "augrc",
+    "cov_at_5_risk",
+    "risk_at_80_cov",
+    "mutual_information",
+    "disagreement",
+    "test_elpd",
+)
 
 
 def spec_path(path: str) -> Path:
@@ -43,7 +60,6 @@ def print_metrics(scores: dict) -> None:
     """The headline in-domain metrics of the plain, temperature-scaled and post-hoc
     predictives side by side, then every out-of-domain set with every score, per predictive."""
     from probtrans.report import OOD_NOTE, format_ood_table, format_run_table, variants
-    from probtrans.run import HEADLINE
 
     print(format_run_table(scores, HEADLINE))
     if scores.get("ood"):

@@ -9,12 +9,16 @@ Conventions used throughout:
 * Calibration uses ``n_bins`` equal-width bins on [0, 1] with edges e_b = b / n_bins. Bin b
   (b = 0 … n_bins - 1) holds the values v with e_b < v ≤ e_{b+1}; the first bin also holds
   v = 0, so a value of exactly 1.0 falls in the last bin and a value on an inner edge falls in
-  the lower of the two bins.
+  the lower of the two bins. The adaptive ECE uses equal-mass bins instead (:func:`adaptive_ece`).
+* Selective prediction ranks the examples by confidence max_c p(c | x_n), most confident first,
+  ties in input order (:func:`risk_coverage`); keeping the k most confident gives coverage k / N.
 
 Only numpy and scikit-learn are used; every function returns numpy arrays or Python floats.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from sklearn.metrics import (
@@ -216,6 +220,32 @@ def ece_all_classes(mean_probs: np.ndarray, labels: np.ndarray, n_bins: int = 15
     return total / (n_examples * n_classes)
 
 
+def adaptive_ece(mean_probs: np.ndarray, labels: np.ndarray, n_bins: int = 15) -> float:
+    """Top-label adaptive (equal-mass) calibration error: torch-uncertainty's ``cal/aECE``
+    (``AdaptiveCalibrationError``). Nixon et al. 2019 ("Measuring Calibration in Deep
+    Learning") introduced equal-mass ranges for their ACE, which averages over all classes; this
+    is the top-label version, as torch-uncertainty computes it.
+
+    The N examples are sorted by confidence conf_n = max_c p(c | x_n) (ascending, ties in input
+    order) and split into ``n_bins`` consecutive bins of ⌈N / n_bins⌉ or ⌊N / n_bins⌋ examples,
+    the larger ones first (``numpy.array_split``). With n_b examples, mean confidence conf_b and
+    accuracy acc_b in bin b,
+
+        aECE = Σ_b (n_b / N) |acc_b - conf_b|;
+
+    with fewer examples than bins the empty bins contribute nothing.
+    """
+    _check_n_bins(n_bins)
+    mean_probs, labels = _mean_probs_and_labels(mean_probs, labels)
+    confidence = mean_probs.max(axis=1)
+    correct = (mean_probs.argmax(axis=1) == labels).astype(np.float64)
+    total = 0.0
+    for members in np.array_split(np.argsort(confidence, kind="stable"), n_bins):
+        if members.size:
+            total += members.size * abs(correct[members].mean() - confidence[members].mean())
+    return total / labels.size
+
+
 # ----------------------------------------------------------------------------- uncertainty
 def predictive_entropy(probs: np.ndarray) -> np.ndarray:
     """Entropy of the posterior predictive, H[p̄(· | x_n)] = -Σ_c p̄_c log p̄_c (nats); shape (N,)."""
@@ -367,28 +397,102 @@ def aurc(mean_probs: np.ndarray, labels: np.ndarray) -> float:
     return float(risk.mean())
 
 
+def augrc(mean_probs: np.ndarray, labels: np.ndarray) -> float:
+    """Area under the generalized risk-coverage curve (Traub et al. 2024, "Overcoming Common
+    Flaws in the Evaluation of Selective Classification Systems"; torch-uncertainty's
+    ``sc/AUGRC``). Lower is better.
+
+    The generalized risk of keeping the k most confident examples (:func:`risk_coverage`) is the
+    fraction of *all* N examples that are kept and wrong: GR_k = (errors among them) / N =
+    coverage_k · risk_k. AUGRC is the trapezoidal area under GR over coverage from (0, 0) through
+    (k / N, GR_k), k = 1, …, N. Without tied confidences it equals
+
+        AUGRC = (1 - AUROC_f) · acc · (1 - acc) + (1 - acc)² / 2,
+
+    acc the accuracy and AUROC_f the probability that a random right prediction is more confident
+    than a random wrong one: the average risk of undetected failures.
+    """
+    coverage, risk = risk_coverage(mean_probs, labels)
+    return float(np.trapezoid(np.r_[0.0, coverage * risk], np.r_[0.0, coverage]))
+
+
+def coverage_at_risk(mean_probs: np.ndarray, labels: np.ndarray, risk: float = 0.05) -> float:
+    """The largest coverage k / N of :func:`risk_coverage` whose selective risk is at most
+    ``risk``; NaN when no coverage attains it. ``risk = 0.05`` is torch-uncertainty's
+    ``sc/Cov@5Risk`` (``CovAt5Risk``: the maximum such coverage when the risk is not monotonic,
+    NaN when there is none). Higher is better."""
+    if not 0.0 <= risk <= 1.0:
+        raise ValueError(f"risk must lie in [0, 1], got {risk}")
+    coverage, selective_risk = risk_coverage(mean_probs, labels)
+    admissible = np.flatnonzero(selective_risk <= risk)
+    return float(coverage[admissible[-1]]) if admissible.size else math.nan
+
+
+def risk_at_coverage(mean_probs: np.ndarray, labels: np.ndarray, coverage: float = 0.8) -> float:
+    """Selective risk of the ⌈coverage · N⌉ most confident examples (:func:`risk_coverage`):
+    their error rate. ``coverage = 0.8`` is torch-uncertainty's ``sc/Risk@80Cov``
+    (``RiskAt80Cov``). Lower is better."""
+    if not 0.0 < coverage <= 1.0:
+        raise ValueError(f"coverage must lie in (0, 1], got {coverage}")
+    _, selective_risk = risk_coverage(mean_probs, labels)
+    # rounded first: in floating point 0.55 · 100 is 55.00000000000001, whose ceiling is 56
+    kept = max(1, math.ceil(round(coverage * selective_risk.size, 9)))
+    return float(selective_risk[kept - 1])
+
+
+# ----------------------------------------------------------------------------- ensembles
+def disagreement(probs: np.ndarray) -> float:
+    """Disagreement of the S ≥ 2 members (posterior draws) of ``probs`` (S, N, C):
+    torch-uncertainty's ``Disagreement`` (``ens_Disagreement``), the mean over examples of the
+    fraction of member pairs whose predicted classes differ. With m_{n,c} the number of members
+    whose argmax_c p_s(c | x_n) is c,
+
+        disagreement = (1/N) Σ_n [1 - Σ_c m_{n,c} (m_{n,c} - 1) / (S (S - 1))];
+
+    0 when the members of every example predict one class, 1 when they all predict different
+    classes. Higher means less agreement (more epistemic uncertainty).
+    """
+    probs = _check_probs(probs)
+    members = probs.shape[0]
+    if members < 2:
+        raise ValueError(f"disagreement needs at least 2 samples (members), got {members}")
+    predicted = probs.argmax(axis=2)  # (S, N)
+    counts = (predicted[..., None] == np.arange(probs.shape[2])).sum(axis=0)  # (N, C)
+    agreeing = (counts * (counts - 1)).sum(axis=1) / (members * (members - 1))
+    return float(np.mean(1.0 - agreeing))
+
+
 # ----------------------------------------------------------------------------- summaries
 def classification_metrics(
     probs: np.ndarray, labels: np.ndarray, n_bins: int = 15
 ) -> dict[str, float]:
     """All in-domain metrics of posterior-predictive samples ``probs`` (S, N, C).
 
-    Keys: accuracy, mcc, nll, brier, ece, mce, ece_all_classes (computed on the predictive mean),
-    entropy, mutual_information, std_true_class (means over examples), aurc.
+    Keys: accuracy, mcc, nll, brier, ece, aece, mce, ece_all_classes (on the predictive mean),
+    entropy, mutual_information, std_true_class (means over examples), aurc, augrc,
+    cov_at_5_risk (NaN when no coverage has a risk ≤ 5 %), risk_at_80_cov and, when S > 1,
+    disagreement (of the S draws).
     """
     probs = _check_probs(probs)
     labels = _check_labels(labels, probs.shape[1], probs.shape[2])
     mean_probs = probs.mean(axis=0)
-    return {
+    scores = {
         "accuracy": accuracy(mean_probs, labels),
         "mcc": mcc(mean_probs, labels),
         "nll": nll(mean_probs, labels),
         "brier": brier(mean_probs, labels),
         "ece": ece(mean_probs, labels, n_bins),
+        "aece": adaptive_ece(mean_probs, labels, n_bins),
         "mce": mce(mean_probs, labels, n_bins),
         "ece_all_classes": ece_all_classes(mean_probs, labels, n_bins),
         "entropy": float(predictive_entropy(probs).mean()),
         "mutual_information": float(mutual_information(probs).mean()),
         "std_true_class": float(std_true_class(probs, labels).mean()),
         "aurc": aurc(mean_probs, labels),
+        "augrc": augrc(mean_probs, labels),
+        "cov_at_5_risk": coverage_at_risk(mean_probs, labels, 0.05),
+        "risk_at_80_cov": risk_at_coverage(mean_probs, labels, 0.8),
     }
+    if probs.shape[0] > 1:
+        scores["disagreement"] = disagreement(probs)
+    return scores

@@ -10,22 +10,71 @@ set from the in-domain test split — ``metrics["ood"][NAME][SCORE]`` holds ``au
 sentiment for an IMDB model, CoLA's out-of-domain sentences, corrupted digits) also gets its
 ``accuracy``, ``mcc``, ``nll`` and ``ece``, as the H-STO paper reports for CR and CoLA. ``ts_*``
 are the in-domain metrics after temperature scaling fitted on the validation split
-(:mod:`probtrans.calibration`).
+(:mod:`probtrans.calibration`). A metric without a value (``cov_at_5_risk`` when no coverage has
+a selective risk ≤ 5 %) is ``None``, ``null`` in ``metrics.json``.
+
+``metrics["torch_uncertainty"]`` repeats the metrics under the names torch-uncertainty's
+``ClassificationRoutine`` logs (its ``results.csv`` columns), so that runs of both can be put
+side by side. :data:`TORCH_UNCERTAINTY_NAMES` maps our key to their metric name, prefixed with
+``test/`` for the in-domain metrics, ``test/post/`` for the temperature-scaled ones (a
+post-processing there) and ``shift/NAME/`` for a labelled out-of-domain set NAME;
+:data:`TORCH_UNCERTAINTY_OOD` gives ``ood/NAME/AUROC`` and ``ood/NAME/AUPR`` of every set, with
+the score ``msp`` (their default ``ood_criterion``; both with out-of-domain positive, as ours):
+
+============  =================  ======================  ====================
+ours          torch-uncertainty  ours                    torch-uncertainty
+============  =================  ======================  ====================
+``accuracy``  ``cls/Acc``        ``aurc``                ``sc/AURC``
+``nll``       ``cls/NLL``        ``augrc``               ``sc/AUGRC``
+``brier``     ``cls/Brier``      ``cov_at_5_risk``       ``sc/Cov@5Risk``
+``entropy``   ``cls/Entropy``    ``risk_at_80_cov``      ``sc/Risk@80Cov``
+``ece``       ``cal/ECE``        ``mutual_information``  ``ens_MI``
+``aece``      ``cal/aECE``       ``disagreement``        ``ens_Disagreement``
+============  =================  ======================  ====================
+
+The values are ours (:mod:`probtrans.metrics`): the definitions are theirs, but AURC is the mean
+selective risk over the N coverages where torch-uncertainty integrates by trapezoids from
+coverage 1/N and divides by 1 - 1/N, and AUGRC is the trapezoidal area from coverage 0 where
+torch-uncertainty starts at 1/N and divides by 1 - 1/N: the two differ by O(1/N). ``fpr95`` has
+no alias: ours takes the in-domain inputs as positive (the share of out-of-domain inputs accepted
+at 95 % in-domain recall), torch-uncertainty's ``FPR95`` the out-of-domain ones. ``mcc``,
+``mce``, ``ece_all_classes`` and ``std_true_class`` have no torch-uncertainty counterpart.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, TypeVar
 
 import numpy as np
 
-from probtrans import calibration, metrics
+from probtrans import calibration, elpd, metrics
 
 #: the in-domain splits a run is evaluated on; each out-of-domain set NAME is the split ood:NAME
 SPLITS = ("val", "test")
 OOD_PREFIX = "ood:"
 #: the metrics of a labelled out-of-domain set
 SHIFTED_METRICS = ("accuracy", "mcc", "nll", "ece")
+#: the in-domain metrics also given after temperature scaling (``ts_*``)
+TEMPERATURE_SCALED = ("nll", "brier", "ece", "aece", "mce")
+#: our metric → its name in torch-uncertainty (``ClassificationRoutine``); see the module docstring
+TORCH_UNCERTAINTY_NAMES = {
+    "accuracy": "cls/Acc",
+    "nll": "cls/NLL",
+    "brier": "cls/Brier",
+    "entropy": "cls/Entropy",
+    "ece": "cal/ECE",
+    "aece": "cal/aECE",
+    "aurc": "sc/AURC",
+    "augrc": "sc/AUGRC",
+    "cov_at_5_risk": "sc/Cov@5Risk",
+    "risk_at_80_cov": "sc/Risk@80Cov",
+    "mutual_information": "ens_MI",
+    "disagreement": "ens_Disagreement",
+}
+#: out-of-domain detection: our measure → torch-uncertainty's, of the score ``OOD_SCORE``
+TORCH_UNCERTAINTY_OOD = {"auroc": "AUROC", "aupr": "AUPR"}
+OOD_SCORE = "msp"
 T = TypeVar("T")
 
 
@@ -57,11 +106,14 @@ def summarise(
     ``energy`` score)."""
     n_classes = probs["test"].shape[-1]
     scores: dict[str, Any] = metrics.classification_metrics(probs["test"], labels["test"])
+    scores["test_elpd"], scores["test_elpd_se"], _ = elpd.heldout_elpd(
+        probs["test"], labels["test"]
+    )
     temperature = calibration.fit_temperature(probs["val"], labels["val"])
     scores["temperature"] = temperature
     tempered = calibration.temperature_scaled(probs["test"], temperature)
     for key, value in metrics.classification_metrics(tempered, labels["test"]).items():
-        if key in ("nll", "brier", "ece", "mce"):
+        if key in TEMPERATURE_SCALED:
             scores[f"ts_{key}"] = value
     energy = energy or {}
     scores["ood"] = {}
@@ -77,4 +129,29 @@ def summarise(
             for key in SHIFTED_METRICS:
                 report[key] = getattr(metrics, key)(mean, labels[split])
         scores["ood"][name] = report
+    scores = {key: None if _missing(value) else value for key, value in scores.items()}
+    scores["torch_uncertainty"] = torch_uncertainty_names(scores)
     return scores
+
+
+def _missing(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def torch_uncertainty_names(scores: dict[str, Any]) -> dict[str, float | None]:
+    """The metrics of one predictive (a :func:`summarise` dict) under torch-uncertainty's names
+    (module docstring), in the order of :data:`TORCH_UNCERTAINTY_NAMES`; a metric ``scores``
+    does not hold (``disagreement`` of one sample, a set without labels) is left out."""
+    names: dict[str, Any] = {}
+    for prefix, pick in (("test/", ""), ("test/post/", "ts_")):
+        for key, name in TORCH_UNCERTAINTY_NAMES.items():
+            if pick + key in scores:
+                names[prefix + name] = scores[pick + key]
+    for set_name, report in scores.get("ood", {}).items():
+        for key, name in TORCH_UNCERTAINTY_OOD.items():
+            if OOD_SCORE in report:
+                names[f"ood/{set_name}/{name}"] = report[OOD_SCORE][key]
+        for key in SHIFTED_METRICS:
+            if key in report and key in TORCH_UNCERTAINTY_NAMES:
+                names[f"shift/{set_name}/{TORCH_UNCERTAINTY_NAMES[key]}"] = report[key]
+    return names

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -281,6 +282,138 @@ def test_risk_coverage_and_aurc_hand_example():
     assert metrics.aurc(mean, labels) == pytest.approx((0 + 1 / 2 + 1 / 3 + 1 / 2) / 4)
 
 
+# The same four examples, most confident first: 0.9 right, 0.8 wrong, 0.7 right, 0.6 wrong.
+RC_MEAN = np.array([[0.3, 0.7], [0.9, 0.1], [0.4, 0.6], [0.2, 0.8]])
+RC_LABELS = np.array([1, 0, 0, 0])
+
+
+def test_augrc_hand_example():
+    # Generalized risk (errors kept / all N) at coverage 0, 1/4, 2/4, 3/4, 1: 0, 0, 1/4, 1/4, 2/4.
+    # Trapezoids of width 1/4: (0 + 0)/2 + (0 + 1/4)/2 + (1/4 + 1/4)/2 + (1/4 + 2/4)/2 = 3/4.
+    assert metrics.augrc(RC_MEAN, RC_LABELS) == pytest.approx(3 / 4 * 1 / 4)
+    # Traub et al.'s reading: acc = 1/2; a right prediction is more confident than a wrong one
+    # in 3 of the 4 pairs (0.9 > 0.8, 0.9 > 0.6, 0.7 > 0.6), so AUROC_f = 3/4 and
+    # (1 - 3/4) · 1/2 · 1/2 + (1/2)² / 2 = 1/16 + 1/8 = 3/16.
+    assert metrics.augrc(RC_MEAN, RC_LABELS) == pytest.approx(3 / 16)
+
+
+def test_augrc_extremes():
+    right = np.array([[0.9, 0.1], [0.6, 0.4], [0.7, 0.3]])
+    assert metrics.augrc(right, np.array([0, 0, 0])) == 0.0  # no failures: no risk
+    # every prediction wrong: GR = coverage, the area under the diagonal is 1/2
+    assert metrics.augrc(right, np.array([1, 1, 1])) == pytest.approx(0.5)
+
+
+def test_augrc_matches_the_auroc_identity_with_sklearn(random_predictions):
+    """Without ties, AUGRC = (1 − AUROC_f) · acc · (1 − acc) + (1 − acc)² / 2 with AUROC_f the
+    AUROC of the confidence separating right from wrong predictions (scikit-learn)."""
+    probs, labels = random_predictions
+    mean = probs.mean(axis=0)
+    confidence = mean.max(axis=1)
+    correct = mean.argmax(axis=1) == labels
+    acc = correct.mean()
+    auroc_f = roc_auc_score(correct, confidence)
+    expected = (1 - auroc_f) * acc * (1 - acc) + (1 - acc) ** 2 / 2
+    assert metrics.augrc(mean, labels) == pytest.approx(expected)
+
+
+def test_coverage_at_risk_hand_examples():
+    # Risks of RC_MEAN at coverage 1/4 … 1: 0, 1/2, 1/3, 1/2. At most 5 %: only coverage 1/4.
+    assert metrics.coverage_at_risk(RC_MEAN, RC_LABELS) == pytest.approx(0.25)
+    # At most 40 %: 1/4 and 3/4; the largest is kept although 2/4 exceeds it (not monotonic).
+    assert metrics.coverage_at_risk(RC_MEAN, RC_LABELS, 0.4) == pytest.approx(0.75)
+    assert metrics.coverage_at_risk(RC_MEAN, RC_LABELS, 0.5) == pytest.approx(1.0)
+    # torch-uncertainty's CovAtxRisk example: confidences 0.9, 0.8, 0.7 right, 0.6, 0.5 wrong;
+    # risks 0, 0, 0, 1/4, 2/5; at most 30 %: coverage 4/5.
+    mean = np.array([[0.9, 0.1], [0.6, 0.4], [0.8, 0.2], [0.5, 0.5], [0.7, 0.3]])
+    labels = np.array([0, 1, 0, 1, 0])
+    assert metrics.coverage_at_risk(mean, labels, 0.3) == pytest.approx(0.8)
+    assert metrics.coverage_at_risk(mean, labels, 0.05) == pytest.approx(0.6)
+
+
+def test_coverage_at_risk_inclusive_and_none_attained():
+    # 20 examples, the least confident one wrong: risk 1/20 = 5 % exactly at full coverage.
+    mean = np.stack([np.linspace(0.99, 0.6, 20), 1 - np.linspace(0.99, 0.6, 20)], axis=1)
+    labels = np.array([0] * 19 + [1])
+    assert metrics.coverage_at_risk(mean, labels, 0.05) == 1.0
+    # the most confident is wrong and so is every other: no coverage has risk ≤ 5 % → NaN
+    assert math.isnan(metrics.coverage_at_risk(mean, np.ones(20, dtype=int), 0.05))
+
+
+def test_risk_at_coverage_hand_example():
+    # Risks of RC_MEAN at coverage 1/4 … 1: 0, 1/2, 1/3, 1/2; ⌈0.8 · 4⌉ = 4 examples kept.
+    assert metrics.risk_at_coverage(RC_MEAN, RC_LABELS) == pytest.approx(1 / 2)
+    assert metrics.risk_at_coverage(RC_MEAN, RC_LABELS, 0.75) == pytest.approx(1 / 3)
+    assert metrics.risk_at_coverage(RC_MEAN, RC_LABELS, 0.1) == 0.0  # ⌈0.4⌉ = 1 kept
+
+
+def test_risk_at_coverage_keeps_ceil_of_the_exact_product():
+    # 0.55 · 100 is 55.00000000000001 in floating point; 55 examples are kept, not 56. Only the
+    # 56th most confident prediction is wrong.
+    confidence = np.linspace(0.99, 0.51, 100)
+    mean = np.stack([confidence, 1 - confidence], axis=1)
+    labels = np.zeros(100, dtype=int)
+    labels[55] = 1
+    assert metrics.risk_at_coverage(mean, labels, 0.55) == 0.0
+    assert metrics.risk_at_coverage(mean, labels, 0.56) == pytest.approx(1 / 56)
+
+
+# ----------------------------------------------------------------------------- adaptive ECE
+def test_adaptive_ece_hand_example():
+    # HAND_PROBS by confidence: 0.45 wrong, 0.5 right, 0.65 wrong, 0.7 right, 0.9 right, 1.0 wrong.
+    # 3 equal-mass bins of 2: gaps |0.5 - 0.475|, |0.5 - 0.675|, |0.5 - 0.95|, each of weight 2/6.
+    assert metrics.adaptive_ece(HAND_PROBS, HAND_LABELS, 3) == pytest.approx(2 / 6 * 0.65)
+    # 4 bins hold 2, 2, 1, 1: 2 · 0.025 + 2 · 0.175 + |1 - 0.9| + |0 - 1.0| = 1.5, over 6.
+    assert metrics.adaptive_ece(HAND_PROBS, HAND_LABELS, 4) == pytest.approx(0.25)
+    # more bins than examples: one example per bin, Σ |correct - conf| / N = 3.0 / 6
+    assert metrics.adaptive_ece(HAND_PROBS, HAND_LABELS, 10) == pytest.approx(0.5)
+
+
+def test_adaptive_ece_equal_mass_bins(random_predictions):
+    probs, labels = random_predictions
+    mean = probs.mean(axis=0)[:150]
+    labels = labels[:150]
+    confidence = mean.max(axis=1)
+    correct = mean.argmax(axis=1) == labels
+    order = np.argsort(confidence)  # no ties: 15 bins of exactly 10 examples
+    gaps = np.abs(
+        correct[order].reshape(15, 10).mean(1) - confidence[order].reshape(15, 10).mean(1)
+    )
+    assert metrics.adaptive_ece(mean, labels) == pytest.approx(gaps.mean())
+    # one bin: |accuracy - mean confidence|
+    assert metrics.adaptive_ece(mean, labels, 1) == pytest.approx(
+        abs(correct.mean() - confidence.mean())
+    )
+
+
+# ----------------------------------------------------------------------------- ensembles
+def test_disagreement_hand_example():
+    # torch-uncertainty's Disagreement example, as (S = 3 members, N = 2, C = 2). Example 0: all
+    # predict 0 → 0. Example 1: 1, 0 (a tie goes to the first class), 1 → 1 agreeing pair of 3
+    # → 2/3. Mean 1/3.
+    probs = np.array(
+        [
+            [[0.7, 0.3], [0.4, 0.6]],
+            [[0.6, 0.4], [0.5, 0.5]],
+            [[0.8, 0.2], [0.3, 0.7]],
+        ]
+    )
+    assert metrics.disagreement(probs) == pytest.approx(1 / 3)
+    two = np.array([[[0.9, 0.1]], [[0.2, 0.8]]])  # two members, two classes: they disagree
+    assert metrics.disagreement(two) == 1.0
+
+
+def test_disagreement_counts_member_pairs(random_predictions):
+    probs, _ = random_predictions  # S = 8, N = 200, C = 4
+    predicted = probs.argmax(axis=2)
+    pairs = list(itertools.combinations(range(8), 2))
+    per_example = [
+        np.mean([predicted[a, n] != predicted[b, n] for a, b in pairs]) for n in range(200)
+    ]
+    assert metrics.disagreement(probs) == pytest.approx(np.mean(per_example))
+    assert metrics.disagreement(np.repeat(probs[:1], 3, axis=0)) == 0.0
+
+
 # ----------------------------------------------------------------------------- summaries & errors
 def test_classification_metrics_keys_and_values(random_predictions):
     probs, labels = random_predictions
@@ -291,17 +424,27 @@ def test_classification_metrics_keys_and_values(random_predictions):
         "nll",
         "brier",
         "ece",
+        "aece",
         "mce",
         "ece_all_classes",
         "entropy",
         "mutual_information",
         "std_true_class",
         "aurc",
+        "augrc",
+        "cov_at_5_risk",
+        "risk_at_80_cov",
+        "disagreement",
     ]
     assert all(isinstance(value, float) for value in result.values())
     mean = probs.mean(axis=0)
     assert result["ece"] == pytest.approx(metrics.ece(mean, labels, 15))
     assert result["entropy"] == pytest.approx(metrics.predictive_entropy(probs).mean())
+    assert result["aece"] == pytest.approx(metrics.adaptive_ece(mean, labels, 15))
+    assert result["augrc"] == pytest.approx(metrics.augrc(mean, labels))
+    assert result["risk_at_80_cov"] == pytest.approx(metrics.risk_at_coverage(mean, labels, 0.8))
+    assert result["disagreement"] == pytest.approx(metrics.disagreement(probs))
+    assert "disagreement" not in metrics.classification_metrics(probs[:1], labels)  # S = 1
 
 
 def test_bad_shapes_raise():
@@ -322,3 +465,25 @@ def test_bad_shapes_raise():
         metrics.uncertainty_scores(probs, np.zeros(4))
     with pytest.raises(ValueError, match="score_out must be a non-empty 1-D array"):
         metrics.ood_detection(np.zeros(3), np.zeros((2, 2)))
+
+
+def test_bad_inputs_of_the_new_metrics_raise():
+    probs = np.full((2, 3, 4), 0.25)
+    labels = np.zeros(3, dtype=int)
+    with pytest.raises(ValueError, match="mean_probs must be 2-D"):
+        metrics.adaptive_ece(probs, labels)
+    with pytest.raises(ValueError, match="n_bins must be at least 1"):
+        metrics.adaptive_ece(probs[0], labels, 0)
+    for metric in (metrics.augrc, metrics.coverage_at_risk, metrics.risk_at_coverage):
+        with pytest.raises(ValueError, match=r"labels must have shape \(3,\)"):
+            metric(probs[0], np.zeros(4, dtype=int))
+        with pytest.raises(ValueError, match="mean_probs must be 2-D"):
+            metric(probs, labels)
+    with pytest.raises(ValueError, match=r"risk must lie in \[0, 1\]"):
+        metrics.coverage_at_risk(probs[0], labels, 5.0)
+    with pytest.raises(ValueError, match=r"coverage must lie in \(0, 1\]"):
+        metrics.risk_at_coverage(probs[0], labels, 0.0)
+    with pytest.raises(ValueError, match="must be 3-D"):
+        metrics.disagreement(probs[0])
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        metrics.disagreement(probs[:1])

@@ -1,0 +1,104 @@
+"""Tests of probtrans.summary's metrics.json rows: the torch-uncertainty names and missing values,
+and of the run table that ``fit`` and ``evaluate`` print."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from probtrans import metrics, report, summary
+from probtrans.cli import HEADLINE
+
+
+def predictive(samples: int = 6, seed: int = 0) -> tuple[dict, dict]:
+    """probs and labels of val, test, an unlabelled set "noise" and a labelled set "shifted";
+    flat Dirichlet draws with random labels (accuracy about 1/4: no coverage has 5 % risk)."""
+    rng = np.random.default_rng(seed)
+    sizes = {"val": 60, "test": 80, "ood:noise": 30, "ood:shifted": 40}
+    probs = {s: rng.dirichlet(np.ones(4), size=(samples, n)) for s, n in sizes.items()}
+    labels = {s: rng.integers(0, 4, n) for s, n in sizes.items()}
+    labels["ood:noise"] = np.full(30, -1)
+    return probs, labels
+
+
+def test_the_alias_mapping_names_only_keys_that_exist():
+    probs, labels = predictive()
+    keys = metrics.classification_metrics(probs["test"], labels["test"])
+    assert set(summary.TORCH_UNCERTAINTY_NAMES) <= set(keys)
+    assert set(summary.TEMPERATURE_SCALED) <= set(keys)
+    assert summary.OOD_SCORE in metrics.UNCERTAINTY_SCORES
+    assert set(summary.TORCH_UNCERTAINTY_OOD) <= {"auroc", "aupr", "fpr95"}
+    names = list(summary.TORCH_UNCERTAINTY_NAMES.values())
+    assert len(set(names)) == len(names)
+
+
+def test_summarise_repeats_the_metrics_under_torch_uncertainty_names():
+    probs, labels = predictive()
+    scores = summary.summarise(probs, labels)
+    block = scores["torch_uncertainty"]
+    for key, name in summary.TORCH_UNCERTAINTY_NAMES.items():
+        assert block[f"test/{name}"] == scores[key], key
+    for key in summary.TEMPERATURE_SCALED:
+        name = summary.TORCH_UNCERTAINTY_NAMES.get(key)
+        assert name is None or block[f"test/post/{name}"] == scores[f"ts_{key}"]
+    assert "test/post/cls/Acc" not in block  # temperature scaling has no accuracy of its own
+    for set_name in ("noise", "shifted"):
+        assert block[f"ood/{set_name}/AUROC"] == scores["ood"][set_name]["msp"]["auroc"]
+        assert block[f"ood/{set_name}/AUPR"] == scores["ood"][set_name]["msp"]["aupr"]
+    assert block["shift/shifted/cls/Acc"] == scores["ood"]["shifted"]["accuracy"]
+    assert block["shift/shifted/cal/ECE"] == scores["ood"]["shifted"]["ece"]
+    assert not any(name.startswith("shift/noise/") for name in block)  # no labels, no shift
+    assert not any("FPR95" in name for name in block)  # another positive class: no alias
+
+
+def test_a_metric_without_value_is_null_and_metrics_json_is_strict_json():
+    probs, labels = predictive()
+    scores = summary.summarise(probs, labels)
+    assert scores["cov_at_5_risk"] is None  # random labels: no coverage has 5 % risk
+    assert scores["torch_uncertainty"]["test/sc/Cov@5Risk"] is None
+    assert json.loads(json.dumps(scores, allow_nan=False)) == scores
+
+
+def test_one_sample_has_no_disagreement():
+    probs, labels = predictive(samples=1)
+    scores = summary.summarise(probs, labels)
+    assert "disagreement" not in scores
+    assert "test/ens_Disagreement" not in scores["torch_uncertainty"]
+
+
+def run_metrics() -> dict:
+    """A run's metrics.json with two post-hoc variants and the run information."""
+    probs, labels = predictive()
+    scores = summary.summarise(probs, labels)
+    for variant in ("laplace", "mc_dropout"):
+        variant_scores = summary.summarise(*predictive(seed=1))
+        scores |= {f"{variant}.{key}": value for key, value in variant_scores.items()}
+    return scores | {"posterior_samples": 6, "best_epoch": 7, "epochs": 40, "seed": 0}
+
+
+def test_run_table_shows_every_predictive_and_headline_metric_in_100_columns():
+    scores = run_metrics()
+    lines = report.format_run_table(scores, HEADLINE).splitlines()
+    assert lines[0].split() == ["metric", "plain", "temperature-scaled", "laplace", "mc_dropout"]
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1:-1]}
+    assert list(rows) == list(HEADLINE)
+    assert rows["aece"] == [f"{scores[k]:.4f}" for k in ("aece", "ts_aece")] + [
+        f"{scores[f'{v}.aece']:.4f}" for v in ("laplace", "mc_dropout")
+    ]
+    assert rows["cov_at_5_risk"] == ["–"] * 4  # none attained, no temperature-scaled value
+    assert rows["test_elpd"][0] == f"{scores['test_elpd']:.4f}" and rows["test_elpd"][1] == "–"
+    assert lines[-1] == "weights of epoch 7 of 40 (best validation), 6 posterior samples"
+    assert max(len(line) for line in lines) <= 100
+
+
+def test_run_table_leaves_out_keys_no_predictive_has():
+    scores = {"accuracy": 0.9, "nll": float("nan"), "ts_nll": 0.3}
+    lines = report.format_run_table(scores, ["accuracy", "nll", "test_elpd"]).splitlines()
+    assert [line.split()[0] for line in lines] == ["metric", "accuracy", "nll"]
+    assert lines[2].split() == ["nll", "–", "0.3000"]
+
+
+def test_headline_keys_are_metrics_json_keys():
+    probs, labels = predictive()
+    assert set(HEADLINE) <= set(summary.summarise(probs, labels))
