@@ -43,14 +43,15 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from probtrans import calibration, distributed, report
+from probtrans import calibration, distributed, figures
+from probtrans.elpd import POINT_MASS, UNRELIABLE, heldout_elpd, standard_error
 from probtrans.errors import ConfigError
 from probtrans.io import read_json, save_png, write_text
-from probtrans.metrics import UNCERTAINTY_SCORES, predictive_entropy, predictive_mean
+from probtrans.metrics import UNCERTAINTY_SCORES
 from probtrans.resolve import load_inference_spec, load_model_spec
 from probtrans.run import RunInfo, fit, read_probs, read_timing
 from probtrans.specs import Comparison, Method, read_spec
-from probtrans.summary import ood_sets, summarise
+from probtrans.summary import summarise
 
 COLUMNS = ("nll", "ece", "mce", "brier")
 
@@ -207,10 +208,51 @@ def mean_std(values: list[float], scale: float = 1.0) -> str:
     return f"{np.mean(values) * scale:.2f} ± {np.std(values, ddof=1) * scale:.2f}"
 
 
+def loo_columns(method: Method, folders: list[Path]) -> dict[str, str]:
+    """PSIS-LOO of the method's runs from their ``metrics.json``: ``LOO`` (mean ± std over
+    seeds, marked † for a point mass's in-sample figure and ! where it is unreliable),
+    ``p_loo`` and ``k̂ bad`` (the most training examples over the Pareto k̂ threshold in a seed).
+    LOO is of a run's plain posterior: "–" for a post-hoc variant, a tempered predictive or a
+    deep ensemble, and for runs evaluated before LOO was written."""
+    if method.variant != "plain" or method.temperature or method.ensemble:
+        return {"LOO": "–", "p_loo": "–", "k̂ bad": "–"}
+    runs = [read_json(folder / "metrics.json") for folder in folders]
+    if any(run.get("loo") is None for run in runs):
+        return {"LOO": "–", "p_loo": "–", "k̂ bad": "–"}
+    notes = [run.get("loo_note", "") for run in runs]
+    point_mass = all(note.startswith(POINT_MASS) for note in notes)
+    marker = "†" if point_mass else "!" if any(n.startswith(UNRELIABLE) for n in notes) else ""
+    return {
+        "LOO": mean_std([run["loo"] for run in runs]) + marker,
+        "p_loo": f"{np.mean([run['p_loo'] for run in runs]):.1f}",
+        "k̂ bad": "–" if point_mass else str(max(run["loo_k_bad"] for run in runs)),
+    }
+
+
+def rank_by_elpd(rows: list[dict[str, str]], tests: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    """Fill ``ELPD rank`` (1: the highest test ELPD) and ``Δ ELPD (SE)``: the difference to the
+    best method, Σ_n (elpd_n − best_n), with the standard error of the paired differences,
+    sqrt(N · Var_n) (Vehtari, Gelman & Gabry 2017, Eq. 24). ``tests``: per method its test
+    labels (N,) and seed-averaged pointwise held-out ELPD (N,); "–" where a method's test split
+    is not the best's."""
+    totals = [pointwise.sum() for _, pointwise in tests]
+    best_labels, best = tests[int(np.argmax(totals))]
+    for rank, index in enumerate(np.argsort(totals, kind="stable")[::-1], start=1):
+        rows[index]["ELPD rank"] = str(rank)
+    for row, (labels, pointwise) in zip(rows, tests, strict=True):
+        difference = pointwise - best if np.array_equal(labels, best_labels) else None
+        row["Δ ELPD (SE)"] = (
+            "–"
+            if difference is None
+            else f"{difference.sum():.1f} ({standard_error(difference):.1f})"
+        )
+
+
 def table_rows(comparison: Comparison, out: Path) -> list[dict[str, str]]:
-    """One row per method: in-domain metrics, then per out-of-domain set its ``id_metric``
-    (labelled sets) and the AUROC and AUPR of the comparison's ``ood_score``."""
-    rows = []
+    """One row per method: in-domain metrics, the held-out ELPD and its rank, PSIS-LOO
+    (:func:`loo_columns`), then per out-of-domain set its ``id_metric`` (labelled sets) and the
+    AUROC and AUPR of the comparison's ``ood_score``."""
+    rows, tests = [], []
     metric, score = comparison.id_metric, comparison.ood_score
     for method in comparison.method:
         folders = [run_dir(out, method, seed) for seed in comparison.seeds_of(method)]
@@ -220,6 +262,13 @@ def table_rows(comparison: Comparison, out: Path) -> list[dict[str, str]]:
         row[f"ID {metric} (%)"] = mean_std([s[metric] for s in scores], 100)
         for key in COLUMNS:
             row[key] = mean_std([s[key] for s in scores], 100 if key != "nll" else 1)
+        row["test ELPD"] = mean_std([s["test_elpd"] for s in scores])
+        row["ELPD SE"] = f"{np.mean([s['test_elpd_se'] for s in scores]):.1f}"
+        row["ELPD rank"] = row["Δ ELPD (SE)"] = ""  # by rank_by_elpd, once every method is in
+        labels = instances[0].labels["test"]  # the same test split for every seed
+        pointwise = [heldout_elpd(r.probs["test"], labels)[2] for r in instances]
+        tests.append((labels, np.mean(pointwise, axis=0)))
+        row |= loo_columns(method, folders)
         for set_name, first in scores[0]["ood"].items():
             sets = [s["ood"][set_name] for s in scores]
             if metric in first:
@@ -231,6 +280,7 @@ def table_rows(comparison: Comparison, out: Path) -> list[dict[str, str]]:
         row["train s"] = f"{np.mean([r.seconds for r in instances]):.0f}"
         row["paper"] = method.paper
         rows.append(row)
+    rank_by_elpd(rows, tests)
     return rows
 
 
@@ -245,31 +295,39 @@ def markdown(rows: list[dict[str, str]], comparison: Comparison) -> str:
         f"set against the in-domain test split by {comparison.ood_score} (higher = more "
         f"uncertain; AUROC, AUPR with out-of-domain positive). Mean ± std over seeds (a deep "
         f"ensemble is one predictive over all seeds).",
+        "",
+        "Methods are ranked by the held-out ELPD, test ELPD = Σ_n log (1/S) Σ_s p(y_n | draw s) "
+        "over the test split (nats; higher is better); ELPD SE = sqrt(N) · std of its pointwise "
+        "values (the uncertainty of one seed's figure from the finite test split). Δ ELPD is "
+        "the difference to the best method with, in brackets, the standard error of the paired "
+        "pointwise differences: a difference within about two of its SE is noise. LOO is "
+        "PSIS-LOO over the training examples (nats; of a run's plain posterior), p_loo its "
+        "effective number of parameters, k̂ bad the training examples whose Pareto k̂ exceeds "
+        "min(1 − 1/log10 S, 0.7) (0.5 at S = 100 draws), where the estimate cannot be trusted. "
+        "† a point-mass posterior (MAP): its LOO is the in-sample log predictive density with "
+        "p_loo = 0, optimistic, and k̂ does not apply; rank such methods on the test ELPD. "
+        "! LOO unreliable: too many k̂ over the threshold, or too few global draws (the runs' "
+        "metrics.json loo_note says which).",
     ]
+    unreliable = [row["method"] for row in rows if row.get("LOO", "").endswith("!")]
+    if unreliable:
+        lines += ["", f"**Warning**: the LOO of {', '.join(unreliable)} is unreliable."]
     return "\n".join(lines) + "\n"
 
 
 def figure(comparison: Comparison, out: Path) -> Figure:
-    """Reliability diagram and ID vs OOD predictive entropy of every method (first seed)."""
-    methods = comparison.method
-    fig = Figure(figsize=(8.0, 3.6 * len(methods)), layout="constrained")
-    axes = fig.subplots(len(methods), 2, squeeze=False)
-    for (reliability_ax, entropy_ax), method in zip(axes, methods, strict=True):
-        seeds = comparison.seeds_of(method)
-        seeds = seeds if method.ensemble else seeds[:1]
-        first = method_probs(method, [run_dir(out, method, s) for s in seeds])[0]
-        probs, labels = first.probs, first.labels
-        report.reliability_diagram(
-            reliability_ax, predictive_mean(probs["test"]), labels["test"], label=method.name
+    """Every method overlaid, one panel per question (:func:`probtrans.figures.comparison_figure`):
+    reliability, risk–coverage and OOD ROC of each method's first seed (or its ensemble), and
+    the table's headline metrics as mean ± std over seeds."""
+    methods = {
+        method.name: method_probs(
+            method, [run_dir(out, method, s) for s in comparison.seeds_of(method)]
         )
-        ood = ood_sets(probs)
-        report.uncertainty_histograms(
-            entropy_ax,
-            predictive_entropy(probs["test"]),
-            {name: predictive_entropy(p) for name, p in ood.items() if p.shape[1]},
-        )
-    fig.suptitle(comparison.title)
-    return fig
+        for method in comparison.method
+    }
+    return figures.comparison_figure(
+        comparison.title, methods, comparison.id_metric, comparison.ood_score
+    )
 
 
 def compare(

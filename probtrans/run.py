@@ -7,12 +7,16 @@ Run folder (:data:`RUN_FILES`):
                                  posterior draws), and the spec texts (what ``load_run`` reads)
     history.json                 per-epoch ELBO and validation metrics
     metrics.json                 test metrics, OOD scores, temperature-scaled metrics, post-hoc
-                                 variants (:func:`probtrans.summary.summarise`) and the
-                                 :class:`RunInfo`
+                                 variants (:func:`probtrans.summary.summarise`), PSIS-LOO
+                                 (:meth:`Likelihoods.metrics`) and the :class:`RunInfo`
     probs.npz                    class probabilities (S, N, C) of every variant on the validation
                                  and test splits and every out-of-domain set, free energies (N,)
-    predictive.nc                ArviZ InferenceData (NetCDF) of the test posterior predictive
-    report.png                   reliability diagram and ID vs OOD uncertainty histograms
+    predictive.nc                ArviZ InferenceData (NetCDF): the test posterior predictive, the
+                                 posterior draws of the global sites and the training
+                                 log-likelihood that ``az.loo`` reads (:func:`evaluate`)
+    report.png                   reliability with bin counts, entropy and mutual information in vs
+                                 out of domain, OOD ROC, risk–coverage, training curves
+                                 (:func:`probtrans.figures.run_figure`)
     timing.json                  wall-clock seconds of training and evaluation
     data.json, data.pt,          the data the run is evaluated on, its class names, tokenizer and
     tokenizer.json               image scaling (:mod:`probtrans.data.saved`): ``evaluate`` and
@@ -48,7 +52,7 @@ import pyro
 import torch
 from torch import nn
 
-from probtrans import distributed, metrics, report
+from probtrans import distributed, figures, metrics
 from probtrans.checkpoint import (
     UnreadableCheckpoint,
     load_checkpoint,
@@ -60,15 +64,24 @@ from probtrans.contract import keep_params_local, local_params
 from probtrans.data import DataBundle, DataSplit, load_data
 from probtrans.data.file_bundle import add_ood_sets
 from probtrans.data.saved import DATA_FILES, load_saved_bundle, save_bundle
+from probtrans.elpd import Loo, psis_loo
 from probtrans.errors import ProbtransError, in_file
 from probtrans.inference.guide import GuideChoice, build_guide
+from probtrans.inference.objective import ELBO_KEYS
 from probtrans.inference.posthoc import (
     Energy,
     Probs,
     needs_training_split,
     posterior_predictives,
 )
-from probtrans.inference.predictive import inference_data, posterior_draws, predict
+from probtrans.inference.predictive import (
+    global_sites,
+    inference_data,
+    is_point_mass,
+    log_likelihood,
+    posterior_draws,
+    predict,
+)
 from probtrans.inference.train import BestState, Resumable, TrainingDiverged, train_classifier
 from probtrans.io import (
     atomic_write,
@@ -97,6 +110,8 @@ RUN_FILES = frozenset(
         "inference.toml",
         "checkpoint.pt",
         "history.json",
+        "history.csv",  # the training log ([train] logger = "csv")
+        "tensorboard",  # ... or its TensorBoard folder
         "metrics.json",
         "probs.npz",
         "predictive.nc",
@@ -529,6 +544,7 @@ def train_and_evaluate(
         resumable=resumable,
         progress=progress,
         guide=guide,
+        log_dir=run.path,
     )
     run.guide = result.guide
     checkpoint(result.best, result.guide)  # the guide as returned (e.g. its Laplace approximation)
@@ -537,7 +553,7 @@ def train_and_evaluate(
     started = time.perf_counter()
     scores = evaluate(run, device=device, seed=seed, progress=progress)
     info = RunInfo(seed, run.inference_spec.train.epochs, result.best.epoch)
-    scores.update(dataclasses.asdict(info))
+    scores.update({**result.elbo_terms, **dataclasses.asdict(info)})  # training-set ELBO
     write_json(run.path / "metrics.json", scores)
     timing = {"train_seconds": result.seconds, "evaluate_seconds": time.perf_counter() - started}
     write_json(run.path / "timing.json", timing)
@@ -548,8 +564,9 @@ def train_and_evaluate(
 
 def save_run_data(run: Run) -> None:
     """Keep the run's data in its folder, the training split too where a post-hoc predictive
-    is fitted on it."""
-    needed = needs_training_split(run.inference_spec.predictive) and len(run.data.train) > 0
+    is fitted on it or PSIS-LOO reads its log-likelihood."""
+    spec = run.inference_spec.predictive
+    needed = (needs_training_split(spec) or spec.loo_samples > 0) and len(run.data.train) > 0
     save_bundle(run.path, run.data, with_train=needed)
 
 
@@ -667,6 +684,58 @@ def read_probs(path: Path) -> tuple[Probs, dict[str, np.ndarray], Energy]:
     return probs, labels, energy
 
 
+@dataclass
+class Likelihoods:
+    """The pointwise likelihoods of a run's global posterior draws, the local randomness averaged
+    out (:func:`probtrans.inference.predictive.log_likelihood`), and the PSIS-LOO they give."""
+
+    posterior: dict[str, np.ndarray]  # site → (S, ...): the draws of the predictive
+    test: np.ndarray | None  # (S, N_test); None with loo_samples = 0
+    train: np.ndarray | None  # (S', N_train), S' = loo_samples; None: no LOO (see loo_note)
+    loo: Loo | None
+    loo_note: str
+
+    def metrics(self) -> dict[str, Any]:
+        """The LOO keys of ``metrics.json`` (:meth:`probtrans.elpd.Loo.metrics`; null without
+        a LOO, ``loo_note`` says why)."""
+        if self.loo is not None:
+            return self.loo.metrics()
+        empty = {"loo": None, "loo_se": None, "p_loo": None, "loo_k_bad": None}
+        return {**empty, "loo_note": self.loo_note}
+
+
+def likelihoods(
+    run: Run, samples: int, device: str = "cpu", seed: int = 0, progress: bool = False
+) -> Likelihoods:
+    """The S draws of :meth:`Run.posterior_samples` (those of :meth:`Run.predictives`), their
+    test log-likelihood, and the training log-likelihood of the first ``loo_samples`` draws of
+    the same seed with its PSIS-LOO (:func:`probtrans.elpd.psis_loo`); a point-mass posterior is
+    evaluated once and its rows repeated. ``loo_samples = 0``: the draws alone."""
+    spec = run.inference_spec.predictive
+    wanted = max(samples, spec.loo_samples)
+    if run.guide is None and run.draws:  # a guide given in Python: the draws its folder keeps
+        wanted = min(wanted, min(len(value) for value in run.draws.values()))
+    sites = global_sites(run.classifier)
+    draws = {name: v for name, v in run.posterior_samples(wanted, seed).items() if name in sites}
+    posterior = {name: value[:samples].cpu().numpy() for name, value in draws.items()}
+    if not spec.loo_samples:
+        return Likelihoods(posterior, None, None, None, "no LOO: [predictive] loo_samples = 0")
+
+    def pointwise(count: int, split: DataSplit) -> np.ndarray:  # (count, N)
+        first = {name: value[:count] for name, value in draws.items()}
+        values = log_likelihood(
+            run.classifier, first, split, spec.replicas, spec.batch_size, device, seed, progress
+        )
+        return np.broadcast_to(values, (count, len(split)))
+
+    test = pointwise(samples, run.data.test)
+    if len(run.data.train) == 0:
+        note = "no LOO: the run folder keeps no training split (written before runs kept it)"
+        return Likelihoods(posterior, test, None, None, note)
+    train = pointwise(min(spec.loo_samples, wanted), run.data.train)
+    return Likelihoods(posterior, test, train, psis_loo(train, is_point_mass(draws)), "")
+
+
 def evaluate(
     run: Run,
     *,
@@ -676,9 +745,10 @@ def evaluate(
     progress: bool = False,
 ) -> dict[str, Any]:
     """Posterior predictive on the validation and in-domain test splits and every out-of-domain
-    set; writes ``predictive.nc``, ``probs.npz`` and ``report.png`` into the run folder and
-    returns the metrics (:func:`probtrans.summary.summarise`; post-hoc variants prefixed
-    ``{variant}.``)."""
+    set; writes ``predictive.nc`` (:func:`probtrans.inference.predictive.inference_data`),
+    ``probs.npz`` and ``report.png`` into the run folder and returns the metrics
+    (:func:`probtrans.summary.summarise`; post-hoc variants prefixed ``{variant}.``; PSIS-LOO of
+    the plain predictive: :meth:`Likelihoods.metrics`). An unreliable LOO is warned about."""
     samples = samples or run.inference_spec.predictive.samples
     probs, energy, plain = run.predictives(samples, device, progress, seed)
     labels = split_labels(run.data)
@@ -688,17 +758,37 @@ def evaluate(
         scores.update({f"{variant}.{k}": v for k, v in variant_scores.items()})
     scores["posterior_samples"] = samples
     write_probs(run.path / "probs.npz", probs, labels, energy)
-    idata = inference_data(plain["test"], labels["test"], run.data.class_names, ood_sets(plain))
+    pointwise = likelihoods(run, samples, device, seed, progress)
+    scores.update(pointwise.metrics())
+    if pointwise.loo is not None and not pointwise.loo.reliable:
+        print(f"warning: {pointwise.loo.note} (metrics.json: loo_note)", file=sys.stderr)
+    idata = inference_data(
+        plain["test"],
+        labels["test"],
+        run.data.class_names,
+        ood_sets(plain),
+        posterior=pointwise.posterior,
+        train_log_lik=pointwise.train,
+        train_labels=run.data.train.labels.numpy(),
+        test_log_lik=pointwise.test,
+    )
     atomic_write(
         run.path / "predictive.nc", lambda tmp: idata.to_netcdf(str(tmp), engine="h5netcdf")
     )
-    report.save_run_figure(
+    figures.save_run_figure(
         run.path / "report.png",
         probs["plain"]["test"],
         labels["test"],
         ood_sets(probs["plain"]),
-        title=f"{run.data.name} · {run.model_spec.network.attention.kind} attention"
-        f" · guide {run.describe_guide()} · {samples} samples",
+        title=figures.run_title(
+            run.data.name,
+            run.model_spec.network.attention.kind,
+            run.describe_guide(),
+            samples,
+            run.model_spec.network.prior.weights,
+            inducing=None if run.guide_name else run.inference_spec.guide.inducing,
+        ),
+        history=figures.read_history(run.path / "history.json"),
     )
     return scores
 
@@ -713,9 +803,9 @@ def evaluate_run(
     ood: list[OodSetSpec] = (),
 ) -> dict[str, Any]:
     """Reload a run folder, re-evaluate it and rewrite its metrics, predictive and report; the
-    :class:`RunInfo` that ``fit`` wrote and its training time are kept. ``ood``: more named
-    out-of-domain sets (relative paths start at the working folder), kept in the run's data; a
-    set of a name the run has replaces that one."""
+    :class:`RunInfo` and training-set ELBO that ``fit`` wrote and its training time are kept.
+    ``ood``: more named out-of-domain sets (relative paths start at the working folder), kept in
+    the run's data; a set of a name the run has replaces that one."""
     seed = check_seed(seed)
     run = load_run(run_dir, device)
     for known in sorted({o.name for o in ood} & set(run.data.ood)):
@@ -729,6 +819,7 @@ def evaluate_run(
     with folder_lock(run.path, "probtrans evaluate"):
         started = time.perf_counter()
         scores = evaluate(run, samples=samples, device=device, seed=seed, progress=progress)
+        scores.update({key: previous[key] for key in ELBO_KEYS if key in previous})  # fit's
         scores.update(RunInfo.read(previous))
         if ood or not (run.path / "data.json").is_file():
             save_run_data(run)

@@ -133,6 +133,7 @@ val_samples = 2
 
 [predictive]
 samples = 4
+replicas = 2
 """
 
 

@@ -121,7 +121,9 @@ def test_last_layer_laplace_runs_on_a_trained_run(tiny_run, device):
     from probtrans.data import load_data
     from probtrans.run import load_run
 
-    run = load_run(tiny_run)  # fitted without a Laplace: its folder keeps no training split
+    run = load_run(tiny_run)
+    train = run.data.train  # a folder written without a Laplace nor LOO keeps no training split
+    run.data.train = type(train)(train.inputs[:0], train.labels[:0])
     run.inference_spec.predictive.posthoc = ["laplace", "mc_dropout"]
     with pytest.raises(ProbtransError, match="no training split"):
         run.predictives(samples=3)

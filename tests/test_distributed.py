@@ -86,6 +86,7 @@ RUN_FOLDER = {
     "checkpoint.pt",
     "data.json",
     "data.pt",
+    "history.csv",
     "history.json",
     "inference.toml",
     "metrics.json",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyro
 import torch
 from pyro import poutine
@@ -9,7 +10,14 @@ from pyro import poutine
 from probtrans.data import DataBundle
 from probtrans.inference.guide import build_guide
 from probtrans.inference.objective import self_guided
-from probtrans.inference.predictive import is_point_mass, posterior_draws, predict
+from probtrans.inference.predictive import (
+    HEAD_SITES,
+    global_sites,
+    is_point_mass,
+    log_likelihood,
+    posterior_draws,
+    predict,
+)
 from probtrans.model import build_classifier
 from probtrans.specs import GuideSpec
 from tests.conftest import ragged_split, tiny_spec
@@ -89,3 +97,26 @@ def test_token_rows_predicted_in_order_of_length_come_back_in_split_order():
     with torch.no_grad():
         expected = classifier(split.inputs, split.mask).softmax(-1).numpy()  # (N, C)
     assert abs(probs - expected).max() < 1e-5
+
+
+def test_the_log_likelihood_of_a_head_posterior_is_that_of_the_full_passes(digits):
+    """log (1/R) Σ_r p(y_n | W_s, â_r): the features computed once for all draws (a posterior
+    varying in the head alone) give what one pass per draw gives, as the R replicas are the same
+    random numbers for every draw; a point mass gives one row."""
+    classifier = build_classifier(tiny_spec("h_sto", prior="last_layer"), digits).eval()
+    guide = trained_guide(classifier, digits, "normal")
+    split = type(digits.test)(digits.test.inputs[:30], digits.test.labels[:30])
+    draws = {k: v for k, v in posterior_draws(guide, 3, split).items() if k in HEAD_SITES}
+    assert set(draws) == HEAD_SITES == set(global_sites(classifier))
+    fast = log_likelihood(classifier, draws, split, replicas=5, batch_size=64, seed=1)
+    varying = {**draws, "unused": torch.arange(3.0)}  # a site the model lacks, drawn: S passes
+    per_draw = log_likelihood(classifier, varying, split, replicas=5, batch_size=64, seed=1)
+    assert fast.shape == (3, 30) and fast.dtype == np.float64
+    np.testing.assert_allclose(fast, per_draw, rtol=1e-5, atol=1e-6)
+    assert np.abs(fast[0] - fast[1]).max() > 1e-4  # the draws differ
+    pyro.set_rng_seed(1)
+    probs = predict(classifier, None, split, 5, 64, draws={k: v[:1] for k, v in draws.items()})
+    by_hand = np.log(probs["probs"][:, np.arange(30), split.labels.numpy()].mean(0))
+    np.testing.assert_allclose(fast[0], by_hand, rtol=1e-5)
+    point = {k: v[:1].expand(4, *v.shape[1:]) for k, v in draws.items()}
+    assert log_likelihood(classifier, point, split, replicas=5, seed=1).shape == (1, 30)

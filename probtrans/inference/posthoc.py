@@ -94,8 +94,8 @@ def last_layer_laplace(
     if len(data.train) == 0:
         raise ProbtransError(
             f"{data.name}: no training split to fit the last-layer Laplace on (a run folder "
-            f"keeps it only when its inference spec asks for the Laplace); load the run with "
-            f"its data: Run.load(path, data=...)"
+            f"keeps it only when its inference spec asks for the Laplace or for PSIS-LOO); load "
+            f"the run with its data: Run.load(path, data=...)"
         )
     train = predict(
         classifier,

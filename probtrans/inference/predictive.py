@@ -4,6 +4,8 @@ Posterior draws of the global sites are taken once and shared by every example; 
 share their global draw are evaluated in one batched pass (see :func:`predict`). Only requested
 sites are kept: class probabilities ``probs`` and sampled labels ``obs`` always,
 the attention matrices only with ``attention=True`` (they are B × H × L × L per sample).
+:func:`log_likelihood` is the pointwise likelihood of each global draw, the local randomness
+averaged out, that PSIS-LOO reads (:mod:`probtrans.elpd`).
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import pyro
 import torch
 from pyro import poutine
 from pyro.infer import Predictive
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from probtrans.attention import attention_sites
+from probtrans.attention import attention_sites, inducing_sites
 from probtrans.contract import local_params
 from probtrans.data import DataSplit
 from probtrans.inference.objective import self_guided
@@ -42,6 +45,12 @@ def posterior_draws(
     mask = None if mask is None else mask.to(device)
     draws = Predictive(guide, num_samples=samples)(inputs.to(device), mask)
     return {name: value.detach() for name, value in draws.items()}
+
+
+def global_sites(classifier: Classifier) -> list[str]:
+    """The global sites of ``classifier``: its weights with priors and its inducing variables u_g
+    (a guide's draws may hold more: an autoguide's ``*_unconstrained`` sites)."""
+    return [*classifier.initial_weights, *inducing_sites(classifier)]
 
 
 def is_point_mass(draws: dict[str, Tensor]) -> bool:
@@ -145,31 +154,130 @@ def predict(
     return {name: np.concatenate(parts, axis=1)[:, order] for name, parts in chunks.items()}
 
 
+#: the global sites of the linear head (a last-layer prior)
+HEAD_SITES = frozenset({"head.weight", "head.bias"})
+
+
+def varies_in_the_head_only(draws: dict[str, Tensor]) -> bool:
+    """Whether the draws differ in the head's sites alone (:data:`HEAD_SITES`, both drawn): the
+    network below the head is then one function for every draw."""
+    below = {name: value for name, value in draws.items() if name not in HEAD_SITES}
+    return HEAD_SITES <= set(draws) and is_point_mass(below)
+
+
+@local_params()
+@torch.no_grad()
+def log_likelihood(
+    classifier: Classifier,
+    draws: dict[str, Tensor],
+    split: DataSplit,
+    replicas: int,
+    batch_size: int = 256,
+    device: str = "cpu",
+    seed: int = 0,
+    progress: bool = False,
+) -> np.ndarray:
+    """The pointwise log-likelihood of each global draw W_s (``draws``: global site → (S, ...))
+    on the labelled ``split``, the local randomness â (attention samples, SGPA outputs) averaged
+    out over R = ``replicas`` draws: log (1/R) Σ_r p(y_n | x_n, W_s, â_r) → (S, N) float64.
+
+    Conditioned on one draw of â, the likelihood of W_s would carry the noise of â, so that even
+    a point-mass posterior would look uncertain to PSIS-LOO. The R replicas are the same random
+    numbers for every draw (the local randomness is seeded with ``seed`` before each draw's
+    pass: common random numbers), so rows differ by W_s alone. Cost, in passes over ``split``:
+    R for a point mass, which is evaluated once (→ (1, N)), and for draws that differ in the
+    head alone (:func:`varies_in_the_head_only`: the network runs R times, each draw's head is
+    applied to its features); S × R otherwise (e.g. SGPA's u_g drawn from a Normal). A label
+    probability below float32's smallest normal number (≈ 1e-38) counts as that number.
+    """
+    labels = split.labels.long()  # (N,)
+    n_draws = len(next(iter(draws.values()))) if draws else 1
+    if len(split) == 0:
+        return np.zeros((1 if is_point_mass(draws) else n_draws, 0))
+
+    def replicated(draw: dict[str, Tensor], sites: Sequence[str] = ()) -> dict[str, np.ndarray]:
+        pyro.set_rng_seed(seed)
+        return predict(
+            classifier,
+            None,
+            split,
+            replicas,
+            batch_size,
+            device,
+            draws=draw,
+            extra_sites=sites,
+            progress=progress,
+        )
+
+    def averaged(log_p: Tensor) -> np.ndarray:  # (R, N, C) → (N,)
+        taken = log_p.double().gather(-1, labels.expand(len(log_p), -1)[..., None])[..., 0]
+        return (taken.logsumexp(0) - math.log(len(log_p))).numpy()
+
+    if is_point_mass(draws) or not varies_in_the_head_only(draws):
+        tiny = float(np.finfo(np.float32).tiny)
+        rows = [
+            replicated({name: value[s : s + 1] for name, value in draws.items()})["probs"]
+            for s in range(1 if is_point_mass(draws) else n_draws)
+        ]  # each (R, N, C)
+        return np.stack([averaged(torch.as_tensor(p).clamp_min(tiny).log()) for p in rows])
+    first = {name: value[:1] for name, value in draws.items()}
+    features = torch.as_tensor(replicated(first, ("features",))["features"])  # (R, N, D)
+    weight, bias = draws["head.weight"].cpu(), draws["head.bias"].cpu()  # (S, C, D), (S, C)
+    return np.stack(
+        [averaged((features @ weight[s].T + bias[s]).log_softmax(-1)) for s in range(n_draws)]
+    )
+
+
 def inference_data(
     test: dict[str, np.ndarray],
     labels: np.ndarray,
     class_names: Sequence[str],
     ood: dict[str, dict[str, np.ndarray]] | None = None,
+    *,
+    posterior: dict[str, np.ndarray] | None = None,
+    train_log_lik: np.ndarray | None = None,
+    train_labels: np.ndarray | None = None,
+    test_log_lik: np.ndarray | None = None,
 ) -> az.InferenceData:
     """ArviZ InferenceData of a posterior predictive (one chain of S draws).
 
-    Groups: ``posterior_predictive`` (``y`` sampled labels, ``probs`` class probabilities, and
-    the other sites drawn, e.g. ``energy``), ``log_likelihood`` (``y``: log p(y_n | draw s)),
-    ``observed_data`` (``y``) and, for each out-of-domain set NAME in ``ood``, ``predictions``
-    (``y_NAME``, ``probs_NAME`` over the dimension ``example_NAME``).
+    Groups:
+
+    - ``posterior``: the S draws of every global site (``posterior``: site → (S, ...)), named
+      by site (e.g. ``head.weight``), dimensions ``{site}_dim_{i}``;
+    - ``posterior_predictive`` on the test split (dimension ``example``): ``y`` sampled labels,
+      ``probs`` class probabilities, the other sites drawn (e.g. ``energy``) and
+      ``log_lik_test`` (``test_log_lik`` (S, N)), log (1/R) Σ_r p(ỹ_n | W_s, â_r): held-out
+      pointwise values, not a likelihood of the fitted data, so not in ``log_likelihood``;
+    - ``log_likelihood``: ``y`` over the training examples (dimension ``train_example``),
+      ``train_log_lik`` (S', N_train) = log (1/R) Σ_r p(y_n | W_s, â_r) (:func:`log_likelihood`)
+      for S' global draws: what ``az.loo`` reads;
+    - ``observed_data``: ``y`` the test labels and ``y_train`` the training labels;
+    - for each out-of-domain set NAME in ``ood``, ``predictions`` (``y_NAME``, ``probs_NAME``
+      over the dimension ``example_NAME``).
+
+    One chain: ``az.loo`` takes reff = 1 (SVI draws are independent); ``az.summary`` of the
+    posterior wants ``kind="stats"`` (R̂ needs several chains).
     """
     probs = test["probs"]  # (S, N, C)
-    log_lik = np.log(
-        np.clip(np.take_along_axis(probs, labels[None, :, None], -1)[..., 0], 1e-30, None)
-    )
     coords = {"example": np.arange(len(labels)), "class": list(class_names)}
-    dims = {"y": ["example"], "probs": ["example", "class"]}
+    dims = {"y": ["example"], "probs": ["example", "class"], "log_lik_test": ["example"]}
     posterior_predictive = {"y": test["obs"][None], "probs": probs[None]}
     for name, value in test.items():
         if name not in ("probs", "obs"):
             posterior_predictive[name] = value[None]
             dims.setdefault(name, ["example", *[f"{name}_dim_{i}" for i in range(value.ndim - 2)]])
+    if test_log_lik is not None:
+        posterior_predictive["log_lik_test"] = test_log_lik[None]
+    observed = {"y": labels}
     kwargs = {}
+    if train_log_lik is not None:
+        assert train_labels is not None
+        observed["y_train"] = train_labels
+        coords["train_example"] = np.arange(len(train_labels))
+        dims["y_train"] = ["train_example"]
+    if posterior:
+        kwargs["posterior"] = {name: value[None] for name, value in posterior.items()}
     if ood:
         predictions, pred_dims, pred_coords = {}, {}, {"class": list(class_names)}
         for name, sites in ood.items():
@@ -179,15 +287,20 @@ def inference_data(
             pred_dims[f"y_{name}"] = [example]
             pred_dims[f"probs_{name}"] = [example, "class"]
             pred_coords[example] = np.arange(sites["obs"].shape[1])
-        kwargs = {"predictions": predictions, "pred_dims": pred_dims, "pred_coords": pred_coords}
+        kwargs |= {"predictions": predictions, "pred_dims": pred_dims, "pred_coords": pred_coords}
     idata = az.from_dict(
         posterior_predictive=posterior_predictive,
-        log_likelihood={"y": log_lik[None]},
-        observed_data={"y": labels},
+        observed_data=observed,
         coords=coords,
         dims=dims,
         **kwargs,
     )
+    if train_log_lik is not None:  # its ``y`` is over other examples than the other groups' ``y``
+        idata.add_groups(
+            log_likelihood={"y": train_log_lik[None]},
+            coords={"train_example": coords["train_example"]},
+            dims={"y": ["train_example"]},
+        )
     for group in idata.groups():  # no time stamp: the same draws give the same file
         idata[group].attrs.pop("created_at", None)
     return idata

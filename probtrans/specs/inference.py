@@ -84,6 +84,9 @@ class TrainSpec(Spec):
     divergence_factor: Annotated[float, Field(gt=1)] = 1000.0
     """Training stops as diverged when the loss per example exceeds this many times its size at
     the start (the first batch's, with every KL term at full weight, at least 1 nat)."""
+    logger: Literal["csv", "tensorboard", "none"] = "csv"
+    """Training log of every epoch in the run folder: ``history.csv``, TensorBoard scalars in
+    ``tensorboard/`` (needs the ``tensorboard`` package), or none."""
 
 
 class PredictiveSpec(Spec):
@@ -92,6 +95,16 @@ class PredictiveSpec(Spec):
     samples: PositiveInt = 10
     batch_size: PositiveInt = 256
     """Rows per pass (examples × samples evaluated together)."""
+    replicas: PositiveInt = 10
+    """R: draws of the local randomness (attention samples, SGPA outputs) averaged inside each
+    pointwise likelihood of ``predictive.nc``, log (1/R) Σ_r p(y_n | W_s, â_r), so that it is
+    a likelihood of the global draw W_s alone (the same R for every draw)."""
+    loo_samples: NonNegativeInt = 100
+    """Global posterior draws of the training log-likelihood that PSIS-LOO reads (its Pareto
+    tail fit wants about 100). Costs R passes over the training split when the draws differ in
+    the head alone (a last-layer prior) or not at all (a point mass), loo_samples × R when they
+    differ inside the network (SGPA's u_g from a Normal); 0: no pointwise likelihoods in
+    ``predictive.nc`` and no LOO (the held-out ELPD stays)."""
     posthoc: list[Posthoc] = []
     """Predictives from the same trained weights besides the plain one."""
     laplace_prior_precision: NonNegative = 0.0
