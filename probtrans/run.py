@@ -81,6 +81,7 @@ from probtrans.inference.predictive import (
     log_likelihood,
     posterior_draws,
     predict,
+    varies_in_the_head_only,
 )
 from probtrans.inference.train import BestState, Resumable, TrainingDiverged, train_classifier
 from probtrans.io import (
@@ -98,6 +99,7 @@ from probtrans.model import Classifier, build_classifier
 from probtrans.prediction import prediction_columns
 from probtrans.resolve import load_inference_spec, load_model_spec, spec_folder
 from probtrans.specs import InferenceSpec, ModelSpec, SpecFile, read_spec_text, updated
+from probtrans.specs.inference import AUTOMATIC_LOO_SAMPLES
 from probtrans.specs.model import OodSetSpec
 from probtrans.summary import ood_sets, summarise
 
@@ -566,7 +568,7 @@ def save_run_data(run: Run) -> None:
     """Keep the run's data in its folder, the training split too where a post-hoc predictive
     is fitted on it or PSIS-LOO reads its log-likelihood."""
     spec = run.inference_spec.predictive
-    needed = (needs_training_split(spec) or spec.loo_samples > 0) and len(run.data.train) > 0
+    needed = (needs_training_split(spec) or spec.loo_samples != 0) and len(run.data.train) > 0
     save_bundle(run.path, run.data, with_train=needed)
 
 
@@ -690,7 +692,7 @@ class Likelihoods:
     out (:func:`probtrans.inference.predictive.log_likelihood`), and the PSIS-LOO they give."""
 
     posterior: dict[str, np.ndarray]  # site → (S, ...): the draws of the predictive
-    test: np.ndarray | None  # (S, N_test); None with loo_samples = 0
+    test: np.ndarray | None  # (S, N_test); None without LOO
     train: np.ndarray | None  # (S', N_train), S' = loo_samples; None: no LOO (see loo_note)
     loo: Loo | None
     loo_note: str
@@ -710,16 +712,27 @@ def likelihoods(
     """The S draws of :meth:`Run.posterior_samples` (those of :meth:`Run.predictives`), their
     test log-likelihood, and the training log-likelihood of the first ``loo_samples`` draws of
     the same seed with its PSIS-LOO (:func:`probtrans.elpd.psis_loo`); a point-mass posterior is
-    evaluated once and its rows repeated. ``loo_samples = 0``: the draws alone."""
+    evaluated once and its rows repeated. No likelihoods (the draws alone) with
+    ``loo_samples = 0``, or unset when the draws differ inside the network (see
+    :class:`probtrans.specs.PredictiveSpec`)."""
     spec = run.inference_spec.predictive
-    wanted = max(samples, spec.loo_samples)
+    count = AUTOMATIC_LOO_SAMPLES if spec.loo_samples is None else spec.loo_samples
+    wanted = max(samples, count)
     if run.guide is None and run.draws:  # a guide given in Python: the draws its folder keeps
         wanted = min(wanted, min(len(value) for value in run.draws.values()))
     sites = global_sites(run.classifier)
     draws = {name: v for name, v in run.posterior_samples(wanted, seed).items() if name in sites}
     posterior = {name: value[:samples].cpu().numpy() for name, value in draws.items()}
-    if not spec.loo_samples:
-        return Likelihoods(posterior, None, None, None, "no LOO: [predictive] loo_samples = 0")
+    cheap = is_point_mass(draws) or varies_in_the_head_only(draws)
+    if spec.loo_samples == 0 or (spec.loo_samples is None and not cheap):
+        note = (
+            "no LOO: [predictive] loo_samples = 0"
+            if spec.loo_samples == 0
+            else f"no LOO: the posterior varies inside the network, so the training "
+            f"log-likelihood costs loo_samples × replicas passes over the training split; set "
+            f"[predictive] loo_samples (e.g. {AUTOMATIC_LOO_SAMPLES}) to compute it"
+        )
+        return Likelihoods(posterior, None, None, None, note)
 
     def pointwise(count: int, split: DataSplit) -> np.ndarray:  # (count, N)
         first = {name: value[:count] for name, value in draws.items()}
@@ -732,7 +745,7 @@ def likelihoods(
     if len(run.data.train) == 0:
         note = "no LOO: the run folder keeps no training split (written before runs kept it)"
         return Likelihoods(posterior, test, None, None, note)
-    train = pointwise(min(spec.loo_samples, wanted), run.data.train)
+    train = pointwise(min(count, wanted), run.data.train)
     return Likelihoods(posterior, test, train, psis_loo(train, is_point_mass(draws)), "")
 
 

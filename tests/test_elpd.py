@@ -17,6 +17,7 @@ from probtrans.inference.predictive import global_sites
 from probtrans.resolve import load_inference_spec
 from probtrans.run import fit_run, load_run, read_probs
 from probtrans.specs import Comparison, Method
+from probtrans.specs.inference import AUTOMATIC_LOO_SAMPLES
 from tests.conftest import TINY_MODEL, tiny_inference
 
 with warnings.catch_warnings():
@@ -68,7 +69,7 @@ def test_a_point_mass_posterior_has_p_loo_0_and_no_pareto_diagnosis(map_run):
 
 def test_mfvi_at_the_default_settings_has_finite_pareto_k_on_the_training_examples(mfvi_run):
     idata = az.from_netcdf(mfvi_run / "predictive.nc")
-    assert idata.log_likelihood["y"].shape[1] == MIN_LOO_DRAWS  # the default loo_samples
+    assert idata.log_likelihood["y"].shape[1] == AUTOMATIC_LOO_SAMPLES  # loo_samples unset
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # ArviZ's k̂ warning
         loo = az.loo(idata, pointwise=True)

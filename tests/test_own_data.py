@@ -722,9 +722,7 @@ def test_the_sgpa_cifar10_model_on_small_local_files(tmp_path):
     import probtrans
     from tests.conftest import tiny_inference
 
-    inference = tiny_inference(tmp_path, "sgpa")  # with TINY_TRAIN's [predictive], so:
-    inference.write_text(inference.read_text() + "loo_samples = 0\n")  # as inference/sgpa.toml
-    run = probtrans.fit(spec, inference, out=tmp_path / "run", epochs=1)
+    run = probtrans.fit(spec, tiny_inference(tmp_path, "sgpa"), out=tmp_path / "run", epochs=1)
     scores = run.metrics
     assert np.isfinite(scores["nll"]) and set(scores["ood"]) == {"svhn"}
     loaded = probtrans.Run.load(tmp_path / "run")

@@ -27,6 +27,7 @@ from probtrans.model import build_classifier
 from probtrans.resolve import load_inference_spec, load_model_spec
 from probtrans.run import evaluate_run, fit_run, load_run
 from probtrans.segmentation import load_segmentation_spec
+from probtrans.specs.inference import AUTOMATIC_LOO_SAMPLES
 from tests.conftest import ROOT, inference_file, tiny_inference, tiny_spec
 
 with warnings.catch_warnings():
@@ -67,7 +68,7 @@ def test_fit_writes_a_complete_run_that_evaluate_reproduces(
     n_train = len(load_run(out).data.train)
     assert idata.posterior_predictive["probs"].shape == (1, 4, n_test, 8)
     assert idata.posterior_predictive["log_lik_test"].shape == (1, 4, n_test)
-    assert idata.log_likelihood["y"].shape == (1, 100, n_train)  # training examples, loo_samples
+    assert idata.log_likelihood["y"].shape == (1, AUTOMATIC_LOO_SAMPLES, n_train)  # training
     assert idata.predictions["probs_digits_8_9"].shape == (1, 4, n_ood, 8)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # k̂: a point mass's is ∞ (metrics say so)

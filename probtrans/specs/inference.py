@@ -89,6 +89,12 @@ class TrainSpec(Spec):
     ``tensorboard/`` (needs the ``tensorboard`` package), or none."""
 
 
+#: ``[predictive] loo_samples`` when unset and cheap: at 400 draws ArviZ's k̂ threshold is
+#: 1 − 1/log10(400) ≈ 0.62 and the Pareto tail is fitted to 3·sqrt(400) = 60 ratios (at 100
+#: draws 0.5 and 30: an MFVI head flags about 9 % of the training examples there, none at 400)
+AUTOMATIC_LOO_SAMPLES = 400
+
+
 class PredictiveSpec(Spec):
     """``[predictive]``: the posterior predictive and its post-hoc variants."""
 
@@ -99,12 +105,14 @@ class PredictiveSpec(Spec):
     """R: draws of the local randomness (attention samples, SGPA outputs) averaged inside each
     pointwise likelihood of ``predictive.nc``, log (1/R) Σ_r p(y_n | W_s, â_r), so that it is
     a likelihood of the global draw W_s alone (the same R for every draw)."""
-    loo_samples: NonNegativeInt = 100
-    """Global posterior draws of the training log-likelihood that PSIS-LOO reads (its Pareto
-    tail fit wants about 100). Costs R passes over the training split when the draws differ in
-    the head alone (a last-layer prior) or not at all (a point mass), loo_samples × R when they
-    differ inside the network (SGPA's u_g from a Normal); 0: no pointwise likelihoods in
-    ``predictive.nc`` and no LOO (the held-out ELPD stays)."""
+    loo_samples: NonNegativeInt | None = None
+    """Global posterior draws of the training log-likelihood that PSIS-LOO reads. Costs R
+    passes over the training split when the draws differ in the head alone (a last-layer prior)
+    or not at all (a point mass), loo_samples × R passes when they differ inside the network
+    (e.g. SGPA's u_g from a Normal). Unset: :data:`AUTOMATIC_LOO_SAMPLES` in the first two
+    cases, none in the third (``metrics.json``'s ``loo_note`` says so); 0: none. Without them
+    ``predictive.nc`` has no pointwise likelihoods and ``metrics.json`` no LOO (the held-out
+    ELPD stays)."""
     posthoc: list[Posthoc] = []
     """Predictives from the same trained weights besides the plain one."""
     laplace_prior_precision: NonNegative = 0.0
