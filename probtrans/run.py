@@ -17,7 +17,7 @@ Run folder (:data:`RUN_FILES`):
     report.png                   reliability with bin counts, entropy and mutual information in vs
                                  out of domain, OOD ROC, risk–coverage, training curves
                                  (:func:`probtrans.figures.run_figure`)
-    timing.json                  wall-clock seconds of training and evaluation
+    timing.json                  wall-clock seconds of training, of each epoch and of evaluation
     data.json, data.pt,          the data the run is evaluated on, its class names, tokenizer and
     tokenizer.json               image scaling (:mod:`probtrans.data.saved`): ``evaluate`` and
                                  ``predict`` need nothing but the folder
@@ -343,8 +343,9 @@ def check_replaceable(
 
 
 def read_timing(folder: Path) -> dict[str, float]:
-    """``timing.json`` of a run folder: ``train_seconds`` (summed over resumed sessions) and
-    ``evaluate_seconds``; empty if the run has none."""
+    """``timing.json`` of a run folder: ``train_seconds`` (summed over resumed sessions),
+    ``epoch_seconds`` (the wall time of each epoch) and ``evaluate_seconds``; empty if the run
+    has none."""
     path = folder / "timing.json"
     return read_json(path) if path.is_file() else {}
 
@@ -557,7 +558,11 @@ def train_and_evaluate(
     info = RunInfo(seed, run.inference_spec.train.epochs, result.best.epoch)
     scores.update({**result.elbo_terms, **dataclasses.asdict(info)})  # training-set ELBO
     write_json(run.path / "metrics.json", scores)
-    timing = {"train_seconds": result.seconds, "evaluate_seconds": time.perf_counter() - started}
+    timing = {
+        "train_seconds": result.seconds,
+        "evaluate_seconds": time.perf_counter() - started,
+        "epoch_seconds": result.epoch_seconds,
+    }
     write_json(run.path / "timing.json", timing)
     resumable.path.unlink()
     remove_temporary_files(run.path)

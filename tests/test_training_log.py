@@ -248,6 +248,9 @@ def test_a_fit_writes_one_csv_row_per_epoch_with_the_history_and_the_final_elbo(
     for key in ("elbo", "expected_log_likelihood", "kl"):
         assert json.loads((out / "metrics.json").read_text())[key] == scores[key]
     assert scores["elbo"] == pytest.approx(scores["expected_log_likelihood"] - scores["kl"])
+    timing = json.loads((out / "timing.json").read_text())  # wall time: out of history.json
+    assert len(timing["epoch_seconds"]) == 2 and min(timing["epoch_seconds"]) > 0
+    assert sum(timing["epoch_seconds"]) == pytest.approx(timing["train_seconds"])
     assert not (out / "tensorboard").exists()
     check_replaceable(out)  # a run folder: replaced without --force
 

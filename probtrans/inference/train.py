@@ -109,6 +109,7 @@ class TrainingState:
     stopped: bool = False  # early stopping ended the fit
     bad_epochs: int = 0  # epochs since the best one
     seconds: float = 0.0  # training time, summed over resumed sessions
+    epoch_seconds: list[float] = field(default_factory=list)  # wall time of each epoch
     history: list[dict] = field(default_factory=list)  # one record per epoch
     best: BestState | None = None
 
@@ -129,6 +130,7 @@ class TrainResult:
     history: list[dict]
     best: BestState
     seconds: float  # training time, summed over resumed sessions
+    epoch_seconds: list[float]  # wall time of each epoch (training, validation, checkpoint)
     elbo_terms: dict[str, float]  # at the best state: SVITraining.training_set_elbo
 
 
@@ -596,6 +598,7 @@ def train_classifier(
             state.stopped = bool(spec.train.patience) and state.bad_epochs >= spec.train.patience
             seconds = time.perf_counter() - started
             state.seconds += seconds
+            state.epoch_seconds.append(seconds)
             log.epoch(state.history, seconds)  # before the state: a resumed fit logs it again
             if resumable is not None or processes.distributed:
                 stateful = {key: item.state_dict() for key, item in svi.stateful().items()}
@@ -612,7 +615,9 @@ def train_classifier(
     trained = svi.guide
     if hasattr(trained, "laplace_approximation"):
         trained = laplace_guide(trained, data, device)
-    return TrainResult(trained, state.history, state.best, state.seconds, elbo_terms)
+    return TrainResult(
+        trained, state.history, state.best, state.seconds, state.epoch_seconds, elbo_terms
+    )
 
 
 def laplace_guide(guide: Callable, data: DataBundle, device: str) -> Callable:

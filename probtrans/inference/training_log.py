@@ -12,8 +12,8 @@ finished, as a CSV file or as TensorBoard scalars.
 - ``none``: no log.
 
 Wall time goes to TensorBoard only, whose event files hold wall times anyway: ``history.json``
-and ``history.csv`` hold what the same specs and seed reproduce byte for byte (the training time
-of the whole fit is in ``timing.json``).
+and ``history.csv`` hold what the same specs and seed reproduce byte for byte (the wall time of
+each epoch and of the whole fit are in ``timing.json``: ``epoch_seconds``, ``train_seconds``).
 """
 
 from __future__ import annotations
