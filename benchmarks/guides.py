@@ -1,6 +1,9 @@
 """Guides compared on one model: ``probtrans.fit`` with the inference spec's guide and five guides
 given in Python, each fitted, evaluated and re-evaluated from its run folder. Prints the README's
-table ("Fit a spec, with any guide").
+table ("Fit a spec, with any guide"): the training-set ELBO per example at the kept state
+(unannealed, ``metrics.json`` ``elbo``), test metrics, the held-out ELPD with its standard error
+and PSIS-LOO over the training examples (``†``: a point mass, whose LOO is its in-sample log
+predictive density with p_loo = 0).
 
     python benchmarks/guides.py [--model models/digits/h_sto.toml] [--inference inference/map.toml]
 """
@@ -9,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +30,7 @@ from pyro.infer.autoguide import (
 from torch.distributions import constraints
 
 import probtrans
+from probtrans.elpd import POINT_MASS
 from probtrans.run import evaluate_run
 
 
@@ -65,23 +68,25 @@ def main() -> None:
     parser.add_argument("--inference", default="inference/map.toml")
     args = parser.parse_args()
     print(
-        "| guide | final ELBO / example | accuracy | NLL | ECE | OOD AUROC (entropy) "
-        "| re-evaluated accuracy | seconds |"
+        "| guide | ELBO / example | accuracy | NLL | ECE | test ELPD (SE) | LOO (p_loo) "
+        "| OOD AUROC (entropy) | re-evaluated accuracy | seconds |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as root:
         for i, (name, guide) in enumerate(GUIDES.items()):
             started = time.perf_counter()
             out = Path(root) / str(i)
             run = probtrans.fit(args.model, args.inference, out=out, guide=guide, progress=False)
             seconds = time.perf_counter() - started
-            elbo = json.loads((out / "history.json").read_text())[-1]["elbo"]
             m, again = run.metrics, evaluate_run(out)
             auroc = [report["entropy"]["auroc"] for report in m["ood"].values()]
+            point_mass = m["loo_note"].startswith(POINT_MASS)
+            loo = "–" if m["loo"] is None else f"{m['loo']:.1f} ({m['p_loo']:.1f})"
             print(
-                f"| {name} | {elbo:.3f} | {m['accuracy']:.4f} | {m['nll']:.4f} | {m['ece']:.4f} "
-                f"| {', '.join(f'{a:.4f}' for a in auroc)} | {again['accuracy']:.4f} "
-                f"| {seconds:.0f} |",
+                f"| {name} | {m['elbo']:.3f} | {m['accuracy']:.4f} | {m['nll']:.4f} "
+                f"| {m['ece']:.4f} | {m['test_elpd']:.1f} ({m['test_elpd_se']:.1f}) "
+                f"| {loo}{'†' if point_mass else ''} | {', '.join(f'{a:.4f}' for a in auroc)} "
+                f"| {again['accuracy']:.4f} | {seconds:.0f} |",
                 flush=True,
             )
 
