@@ -18,6 +18,10 @@ shape k̂_n of the Pareto tail fitted to r_n says whether the estimate of exampl
 trusted: above min(1 − 1/log10 S, 0.7) it cannot (Vehtari, Simpson, Gelman, Yao & Gabry 2024,
 "Pareto smoothed importance sampling", JMLR 25(72); ArviZ's ``good_k``).
 
+Leaving an example out moves only the sites with a posterior: with a prior on the head alone,
+the network below it saw every example whatever is left out, so the LOO of such a model is
+optimistic (it can exceed a point-mass fit's in-sample lpd); the held-out ELPD is not.
+
 A point-mass posterior (a ``delta`` guide) has S equal draws: its importance ratios are all
 equal, the tail fit has nothing to fit (ArviZ reports k̂ = ∞), and leaving an example out cannot
 move the posterior approximation. Its LOO is then the in-sample lpd with p_loo = 0, and is

@@ -73,7 +73,7 @@ SCORE_WORDS = {
 OBJECTIVE_KEYS = {
     "elbo": "ELBO",
     "expected_log_likelihood": "expected log-likelihood",
-    "kl": "KL(q ‖ p)",
+    "kl": "KL(q ‖ p) (MAP: −log p(W))",
     "objective": "objective (KL annealed)",
 }
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h")
@@ -663,6 +663,7 @@ def compared_metrics(
         ax.grid(axis="x", alpha=0.3)
         ax.margins(x=0.15)
     axes[0].set_yticks(range(len(styles)), list(styles), fontsize=SMALL)
+    axes[0].set_ylabel("method")
     axes[0].set_ylim(len(styles) - 0.5, -0.5)
     subfig.suptitle(
         "mean ± std over seeds (error bars; none for one seed or an ensemble)", fontsize="medium"

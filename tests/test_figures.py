@@ -130,7 +130,15 @@ def test_risk_coverage_curve_and_its_aurc(run_probs):
     ("history", "objective"),
     [
         (OLD_HISTORY, ["ELBO"]),
-        (NEW_HISTORY, ["ELBO", "expected log-likelihood", "KL(q ‖ p)", "objective (KL annealed)"]),
+        (
+            NEW_HISTORY,
+            [
+                "ELBO",
+                "expected log-likelihood",
+                "KL(q ‖ p) (MAP: −log p(W))",
+                "objective (KL annealed)",
+            ],
+        ),
     ],
 )
 def test_training_curves_draw_the_keys_a_history_has(history, objective):
