@@ -3,7 +3,8 @@ given in Python, each fitted, evaluated and re-evaluated from its run folder. Pr
 table ("Fit a spec, with any guide"): the training-set ELBO per example at the kept state
 (unannealed, ``metrics.json`` ``elbo``), test metrics, the held-out ELPD with its standard error
 and PSIS-LOO over the training examples (``†``: a point mass, whose LOO is its in-sample log
-predictive density with p_loo = 0).
+predictive density with p_loo = 0; ``!``: unreliable, Pareto k̂ too high on more than 5 % of
+the training examples).
 
     python benchmarks/guides.py [--model models/digits/h_sto.toml] [--inference inference/map.toml]
 """
@@ -30,7 +31,7 @@ from pyro.infer.autoguide import (
 from torch.distributions import constraints
 
 import probtrans
-from probtrans.elpd import POINT_MASS
+from probtrans.elpd import POINT_MASS, UNRELIABLE
 from probtrans.run import evaluate_run
 
 
@@ -80,12 +81,12 @@ def main() -> None:
             seconds = time.perf_counter() - started
             m, again = run.metrics, evaluate_run(out)
             auroc = [report["entropy"]["auroc"] for report in m["ood"].values()]
-            point_mass = m["loo_note"].startswith(POINT_MASS)
-            loo = "–" if m["loo"] is None else f"{m['loo']:.1f} ({m['p_loo']:.1f})"
+            mark = {POINT_MASS: "†", UNRELIABLE: "!"}.get(m["loo_note"].split(":")[0], "")
+            loo = "–" if m["loo"] is None else f"{m['loo']:.1f} ({m['p_loo']:.1f}){mark}"
             print(
                 f"| {name} | {m['elbo']:.3f} | {m['accuracy']:.4f} | {m['nll']:.4f} "
                 f"| {m['ece']:.4f} | {m['test_elpd']:.1f} ({m['test_elpd_se']:.1f}) "
-                f"| {loo}{'†' if point_mass else ''} | {', '.join(f'{a:.4f}' for a in auroc)} "
+                f"| {loo} | {', '.join(f'{a:.4f}' for a in auroc)} "
                 f"| {again['accuracy']:.4f} | {seconds:.0f} |",
                 flush=True,
             )

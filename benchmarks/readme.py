@@ -1,6 +1,7 @@
 """Re-measure every figure of the README's results and performance sections, in one run.
 
-Writes ``benchmarks/readme_figures.md``: the commit and machine, then the output of each part:
+Writes ``benchmarks/readme_figures.md``: the output of each part, under the commit and machine
+it was measured on (``--only`` re-measures some parts and keeps the others' sections):
 
 1. ``results``: ``probtrans fit`` of the four default-data rows (``models/digits/*.toml`` with
    ``inference/*.toml``, seed 0) and their table ("Results on the default data"); the default
@@ -139,7 +140,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
     args = parser.parse_args()
-    sections = [f"# README figures\n\n{machine()}\n"]
+    sections = read_sections()
     for part in args.only:
         started = time.perf_counter()
         print(f"== {part}", flush=True)
@@ -150,9 +151,23 @@ def main() -> None:
         else:
             text = script([sys.executable, *SCRIPTS[part]])
         minutes = (time.perf_counter() - started) / 60
-        sections.append(f"## {part} ({minutes:.1f} min)\n\n```text\n{text.rstrip()}\n```\n")
-        write_text(OUTPUT, "\n".join(sections))  # what is measured so far survives a failure
+        sections[part] = f"{machine()} · {minutes:.1f} min\n\n```text\n{text.rstrip()}\n```\n"
+        write_sections(sections)  # what is measured so far survives a failure
     print(f"wrote {OUTPUT.relative_to(ROOT)}")
+
+
+def read_sections() -> dict[str, str]:
+    """The parts of :data:`OUTPUT` by name (a part re-measured with ``--only`` replaces its
+    own section; the others keep theirs, with the commit they were measured at)."""
+    if not OUTPUT.is_file():
+        return {}
+    chunks = OUTPUT.read_text().split("\n## ")[1:]
+    return dict(chunk.split("\n\n", 1) for chunk in chunks)
+
+
+def write_sections(sections: dict[str, str]) -> None:
+    ordered = [f"## {part}\n\n{sections[part]}" for part in PARTS if part in sections]
+    write_text(OUTPUT, "# README figures\n\n" + "\n".join(ordered))
 
 
 if __name__ == "__main__":

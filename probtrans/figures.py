@@ -525,9 +525,9 @@ def comparison_figure(
     confidence, a line per method, marker area ∝ examples in the bin), risk–coverage, and the
     ROC of the first out-of-domain set by ``ood_score``. Bottom subfigure, mean ± standard
     deviation over the predictives of :func:`probtrans.summary.summarise`: ``id_metric``, NLL,
-    ECE, AURC and that set's AUROC, a row per method. One colour and marker per method in every
-    panel; the legend is outside, right. The axes are in ``fig.subfigs[0].axes`` (curves) and
-    ``fig.subfigs[1].axes`` (metrics).
+    ECE, AURC, the held-out ELPD and that set's AUROC, a row per method. One colour and marker
+    per method in every panel; the legend is outside, right. The axes are in
+    ``fig.subfigs[0].axes`` (curves) and ``fig.subfigs[1].axes`` (metrics).
     """
     names = list(methods)
     styles = dict(
@@ -637,6 +637,7 @@ def compared_metrics(
         ("NLL ↓", "NLL (nats)", lambda s: s["nll"]),
         ("ECE ↓", "ECE (%)", lambda s: 100 * s["ece"]),
         ("AURC ↓", "AURC (%)", lambda s: 100 * s["aurc"]),
+        ("test ELPD ↑", "held-out ELPD (nats)", lambda s: s["test_elpd"]),
     ]
     if ood_set is not None:
 

@@ -252,6 +252,7 @@ def test_comparison_figure_overlays_every_method_at_a_fixed_size(tmp_path, n_met
         "NLL ↓",
         "ECE ↓",
         "AURC ↓",
+        "test ELPD ↑",
         "far AUROC by entropy ↑",
     ]
     assert all(a.get_xlabel() for a in scores.axes)
@@ -278,4 +279,4 @@ def test_comparison_figure_without_ood_sets():
     fig = figures.comparison_figure("no ood", compared)
     curves, scores = fig.subfigs
     assert curves.axes[2].get_title() == "OOD detection: no out-of-domain sets"
-    assert len(scores.axes) == 4  # no AUROC panel
+    assert len(scores.axes) == 5  # no AUROC panel
