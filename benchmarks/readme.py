@@ -27,6 +27,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -161,8 +162,8 @@ def read_sections() -> dict[str, str]:
     own section; the others keep theirs, with the commit they were measured at)."""
     if not OUTPUT.is_file():
         return {}
-    chunks = OUTPUT.read_text().split("\n## ")[1:]
-    return dict(chunk.split("\n\n", 1) for chunk in chunks)
+    pieces = re.split(f"^## ({'|'.join(PARTS)})\n\n", OUTPUT.read_text(), flags=re.MULTILINE)
+    return dict(zip(pieces[1::2], pieces[2::2], strict=True))
 
 
 def write_sections(sections: dict[str, str]) -> None:
