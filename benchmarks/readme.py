@@ -14,7 +14,7 @@ it was measured on (``--only`` re-measures some parts and keeps the others' sect
 5. ``speed``, ``length_grouping``, ``scaling``: the Performance and Scaling sections
    (``length_grouping`` needs the IMDB data: ``PROBTRANS_DATA_DIR`` or the Hugging Face hub).
 
-    python benchmarks/readme.py                   # about 40 minutes on a 2-core CPU
+    python benchmarks/readme.py                   # about 20 minutes on a 2-core CPU
     python benchmarks/readme.py --only results compare
 
 Run it on a quiet machine from a clean checkout: the timings are of whatever else runs too.
