@@ -116,7 +116,7 @@ def psis_loo(log_lik: np.ndarray, point_mass: bool) -> Loo:
             note=note,
             reliable=True,
         )
-    az = _arviz()
+    az = arviz()
     with warnings.catch_warnings():  # the k̂ warning: reported below, with counts
         warnings.simplefilter("ignore")
         result = az.loo(az.from_dict(log_likelihood={"y": log_lik[None]}), reff=1.0, pointwise=True)
@@ -151,8 +151,9 @@ def psis_loo(log_lik: np.ndarray, point_mass: bool) -> Loo:
     )
 
 
-def _arviz():
-    """ArviZ, imported on first use (it announces its 1.0 refactor on import)."""
+def arviz():
+    """ArviZ, imported on first use without its FutureWarning (ArviZ 0.23 announces its 1.0
+    refactor on import); the one place probtrans imports it."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
         import arviz

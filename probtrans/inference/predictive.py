@@ -11,7 +11,6 @@ averaged out, that PSIS-LOO reads (:mod:`probtrans.elpd`).
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -25,12 +24,11 @@ from tqdm.auto import tqdm
 from probtrans.attention import attention_sites, inducing_sites
 from probtrans.contract import local_params
 from probtrans.data import DataSplit
+from probtrans.elpd import arviz
 from probtrans.inference.objective import self_guided
 from probtrans.model import Classifier
 
-with warnings.catch_warnings():  # ArviZ 0.23 announces its 1.0 refactor on import
-    warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
-    import arviz as az
+az = arviz()
 
 
 @local_params()
