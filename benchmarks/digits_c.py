@@ -15,6 +15,7 @@ averaged over the corruptions (severity 0: the clean test split). Writes the fig
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -101,7 +102,7 @@ def main() -> None:
             values = " | ".join(f"{v:.3f}" for v in curve[measure])
             print(f"| {method} | {measure} | {values} |")
     save_png(figure(curves), args.figure)
-    print(f"wrote {args.figure} in {time.perf_counter() - started:.0f} s")
+    print(f"wrote {os.path.relpath(args.figure)} in {time.perf_counter() - started:.0f} s")
 
 
 if __name__ == "__main__":
