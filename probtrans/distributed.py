@@ -133,5 +133,12 @@ def process_group(device: str) -> Iterator[Processes]:
     dist.init_process_group("nccl" if device == "cuda" else "gloo", timeout=TIMEOUT)
     try:
         yield current()
+        # Every process waits here for the others' last collective step to be retired before it
+        # leaves: gloo's worker threads release a finished step's tensors after the caller has
+        # moved on, and one still doing so when Python shuts down aborts the process (SIGABRT,
+        # "terminate called without an active exception"); DistributedDataParallel keeps the
+        # group, and so those threads, alive past destroy_process_group. A barrier holds no
+        # tensors, and waiting on it lets the threads finish with the previous step.
+        dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -4,6 +4,7 @@ a kill; the pieces that need no process group are checked in this process."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -18,7 +19,7 @@ import torch
 
 from probtrans.checkpoint import load_checkpoint
 from probtrans.cli import main
-from probtrans.distributed import Processes
+from probtrans.distributed import Processes, process_group
 from probtrans.errors import ProbtransError
 from probtrans.inference.train import SVITraining
 from probtrans.model import build_classifier
@@ -239,6 +240,37 @@ def test_one_process_shares_and_gathers_its_own_values():
     assert one.sum(total).tolist() == [1.0, 2.0] and one.sum(total) is not total
     with pytest.raises(ProbtransError, match="bad"):
         one.share(lambda: (_ for _ in ()).throw(ProbtransError("bad")))
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_process_leaves_its_group_after_a_barrier_unless_its_block_failed(monkeypatch, fails):
+    """A one-process gloo group as torchrun would start it: on the way out the process waits at
+    a barrier (so gloo's threads have retired the last collective step before Python shuts
+    down), then destroys the group; after a failure it skips the barrier, which the other
+    processes may never reach, and still destroys the group."""
+    variables = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
+    for name, value in {**variables, "MASTER_PORT": str(free_port())}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    calls = []
+
+    def spied(name: str):
+        real = getattr(torch.distributed, name)
+
+        def call(*args, **kwargs):
+            calls.append(name)
+            return real(*args, **kwargs)
+
+        return call
+
+    for name in ("barrier", "destroy_process_group"):
+        monkeypatch.setattr(torch.distributed, name, spied(name))
+    with contextlib.suppress(RuntimeError), process_group("cpu") as processes:
+        assert torch.distributed.is_initialized() and processes == Processes(0, 1)
+        if fails:
+            raise RuntimeError("the block failed")
+    assert calls == (["destroy_process_group"] if fails else ["barrier", "destroy_process_group"])
+    assert not torch.distributed.is_initialized()
 
 
 def training(digits, **train) -> tuple:
