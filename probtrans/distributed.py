@@ -130,7 +130,10 @@ def process_group(device: str) -> Iterator[Processes]:
                 f"start at most that many processes per machine (torchrun --nproc_per_node)"
             )
         torch.cuda.set_device(local)
-    dist.init_process_group("nccl" if device == "cuda" else "gloo", timeout=TIMEOUT)
+        # bound to its GPU, the group's barriers need not guess the device from the rank
+        dist.init_process_group("nccl", timeout=TIMEOUT, device_id=torch.device("cuda", local))
+    else:
+        dist.init_process_group("gloo", timeout=TIMEOUT)
     try:
         yield current()
         # Every process waits here for the others' last collective step to be retired before it

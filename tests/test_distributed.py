@@ -273,6 +273,36 @@ def test_a_process_leaves_its_group_after_a_barrier_unless_its_block_failed(monk
     assert not torch.distributed.is_initialized()
 
 
+@pytest.mark.parametrize("gpus", [2, 1])
+def test_a_cuda_process_joins_nccl_bound_to_the_gpu_of_its_local_rank(monkeypatch, gpus):
+    """Torchrun's second process on a machine: with two GPUs it takes GPU 1 and binds the nccl
+    group to it (its barriers then need not guess the device from the rank); with one GPU it
+    stops with a message naming LOCAL_RANK before joining any group. CUDA is simulated, so this
+    runs without a GPU; `pytest --device cuda` on a GPU runs the real thing."""
+    variables = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1"}
+    for name, value in {**variables, "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    calls = []
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: calls.append(("set_device", index)))
+
+    def init(backend, **options):
+        calls.append((backend, options["device_id"]))
+        raise RuntimeError("no group is formed in this test")
+
+    monkeypatch.setattr(torch.distributed, "init_process_group", init)
+    if gpus == 1:
+        with pytest.raises(ProbtransError, match="LOCAL_RANK 1: this machine has 1 CUDA devices"):
+            with process_group("cuda"):
+                pass
+        assert calls == []
+    else:
+        with pytest.raises(RuntimeError, match="no group is formed"), process_group("cuda"):
+            pass
+        assert calls == [("set_device", 1), ("nccl", torch.device("cuda", 1))]
+
+
 def training(digits, **train) -> tuple:
     spec = load_inference_spec(ROOT / "inference" / "map.toml")
     spec = updated(spec, {f"train.{k}": v for k, v in train.items()}, "test")
