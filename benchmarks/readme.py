@@ -142,6 +142,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
     args = parser.parse_args()
     sections = read_sections()
+    measured_on = machine()  # before this script writes into the tree (report.png, compare/)
     for part in args.only:
         started = time.perf_counter()
         print(f"== {part}", flush=True)
@@ -155,7 +156,7 @@ def main() -> None:
         else:
             text = script([sys.executable, *SCRIPTS[part]])
         minutes = (time.perf_counter() - started) / 60
-        sections[part] = f"{machine()} · {minutes:.1f} min\n\n```text\n{text.rstrip()}\n```\n"
+        sections[part] = f"{measured_on} · {minutes:.1f} min\n\n```text\n{text.rstrip()}\n```\n"
         write_sections(sections)  # what is measured so far survives a failure
     print(f"wrote {OUTPUT.relative_to(ROOT)}")
 
