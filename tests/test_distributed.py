@@ -242,15 +242,20 @@ def test_one_process_shares_and_gathers_its_own_values():
         one.share(lambda: (_ for _ in ()).throw(ProbtransError("bad")))
 
 
+def as_started_by_torchrun(monkeypatch, rank: int, size: int, port: int) -> None:
+    """The variables torchrun gives process ``rank`` of ``size`` on one machine."""
+    variables = {"RANK": rank, "WORLD_SIZE": size, "LOCAL_RANK": rank, "MASTER_PORT": port}
+    for name, value in {**variables, "MASTER_ADDR": "127.0.0.1"}.items():
+        monkeypatch.setenv(name, str(value))
+
+
 @pytest.mark.parametrize("fails", [False, True])
 def test_a_process_leaves_its_group_after_a_barrier_unless_its_block_failed(monkeypatch, fails):
     """A one-process gloo group as torchrun would start it: on the way out the process waits at
     a barrier (so gloo's threads have retired the last collective step before Python shuts
     down), then destroys the group; after a failure it skips the barrier, which the other
     processes may never reach, and still destroys the group."""
-    variables = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
-    for name, value in {**variables, "MASTER_PORT": str(free_port())}.items():
-        monkeypatch.setenv(name, value)
+    as_started_by_torchrun(monkeypatch, rank=0, size=1, port=free_port())
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
     calls = []
 
@@ -279,9 +284,7 @@ def test_a_cuda_process_joins_nccl_bound_to_the_gpu_of_its_local_rank(monkeypatc
     group to it (its barriers then need not guess the device from the rank); with one GPU it
     stops with a message naming LOCAL_RANK before joining any group. CUDA is simulated, so this
     runs without a GPU; `pytest --device cuda` on a GPU runs the real thing."""
-    variables = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1"}
-    for name, value in {**variables, "MASTER_PORT": "29500"}.items():
-        monkeypatch.setenv(name, value)
+    as_started_by_torchrun(monkeypatch, rank=1, size=2, port=29500)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     calls = []
