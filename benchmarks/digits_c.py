@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 import probtrans
 from probtrans.data.corruptions import CORRUPTIONS, SEVERITIES
 from probtrans.io import read_json, save_png
-from probtrans.run import evaluate_run
+from probtrans.runs import evaluate_run
 from probtrans.specs.model import OodSetSpec
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -32,7 +32,7 @@ from torch.distributions import constraints
 
 import probtrans
 from probtrans.elpd import POINT_MASS, UNRELIABLE
-from probtrans.run import evaluate_run
+from probtrans.runs import evaluate_run
 
 
 def hand_written(inputs, mask=None, labels=None, index=None, n_data=None, *, features=64):

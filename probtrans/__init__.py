@@ -20,8 +20,8 @@ __version__ = "0.1.0"
 
 #: public name → the module that defines it (imported on first use)
 _API = {
-    "fit": "probtrans.run",
-    "Run": "probtrans.run",
+    "fit": "probtrans.runs",
+    "Run": "probtrans.runs",
     "self_guided": "probtrans.inference.objective",
     "DataBundle": "probtrans.data",
 }

@@ -70,6 +70,15 @@ def print_metrics(scores: dict) -> None:
             print(f"{variant or 'plain'} predictive:\n{format_ood_table(ood)}")
 
 
+def check_seed_and_device(args: argparse.Namespace) -> None:
+    """``--seed`` and ``--device``, checked before anything is loaded."""
+    from probtrans.runs.run import check_device
+    from probtrans.specs.base import check_seed
+
+    check_seed(args.seed, f"--seed {args.seed}")
+    check_device(args.device, f"--device {args.device}")
+
+
 def ood_option(text: str) -> tuple[str, str]:
     """``--ood NAME=SOURCE``."""
     name, sep, source = text.partition("=")
@@ -80,8 +89,10 @@ def ood_option(text: str) -> tuple[str, str]:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from probtrans.distributed import current
-    from probtrans.run import fit, read_timing
+    from probtrans.runs import fit
+    from probtrans.runs.folder import read_timing
 
+    check_seed_and_device(args)
     model, inference = spec_path(args.model), spec_path(args.inference)
     out = Path(args.out or f"runs/{model.parent.name}-{model.stem}-{inference.stem}")
     run = fit(
@@ -104,10 +115,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from probtrans.run import evaluate_run
+    from probtrans.runs import evaluate_run
     from probtrans.specs import parse
     from probtrans.specs.model import OodSetSpec
 
+    check_seed_and_device(args)
     if args.samples is not None and args.samples <= 0:
         raise ProbtransError(f"--samples {args.samples}: must be > 0")
     sets = [ood_option(text) for text in args.ood]
@@ -136,8 +148,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from probtrans.data.file_bundle import label_indices
     from probtrans.data.files import HF_PREFIX, read_inputs
     from probtrans.prediction import OUTPUT_FORMATS, write_predictions
-    from probtrans.run import load_run
+    from probtrans.runs import load_run
 
+    check_seed_and_device(args)
     if args.samples is not None and args.samples <= 0:
         raise ProbtransError(f"--samples {args.samples}: must be > 0")
     local = args.input != "-" and not args.input.startswith(HF_PREFIX)

@@ -26,7 +26,7 @@ command line, or a preset file (``results/presets/*.toml``)::
 Every (model, inference, seed) is trained once into ``OUT/runs/`` and shared by the methods
 that use it; a run whose ``metrics.json`` and ``probs.npz`` exist and that was trained for the
 epochs asked is reused, and a run interrupted during training continues from its last finished
-epoch (:func:`probtrans.run.fit`), so an interrupted comparison resumes where it stopped.
+epoch (:func:`probtrans.runs.fit`), so an interrupted comparison resumes where it stopped.
 Each row is the mean ± standard deviation over seeds of :func:`probtrans.summary.summarise`,
 computed from the runs' ``probs.npz``. Under torchrun every run is trained by all the processes
 together, and rank 0 decides what to train and writes the table and the figure.
@@ -49,7 +49,8 @@ from probtrans.errors import ConfigError
 from probtrans.io import read_json, save_png, write_text
 from probtrans.metrics import UNCERTAINTY_SCORES
 from probtrans.resolve import load_inference_spec, load_model_spec
-from probtrans.run import RunInfo, fit, read_probs, read_timing
+from probtrans.runs import fit
+from probtrans.runs.folder import RunInfo, read_probs, read_timing
 from probtrans.specs import Comparison, Method, read_spec
 from probtrans.summary import summarise
 

@@ -147,8 +147,8 @@ def tiny_inference(tmp_path, name):
 @pytest.fixture
 def tiny_run(tmp_path: Path, tiny_model_file: Path) -> Path:
     """A finished run folder of the tiny model (2 epochs, MAP guide)."""
-    from probtrans.run import fit_run
+    from probtrans.runs import fit
 
     out = tmp_path / "run"
-    fit_run(tiny_model_file, tiny_inference(tmp_path, "map"), out, progress=False)
+    fit(tiny_model_file, tiny_inference(tmp_path, "map"), out=out, progress=False)
     return out

@@ -30,7 +30,7 @@ from benchmarks.guides import hand_written, normal_weight_delta_bias
 from probtrans.errors import ProbtransError
 from probtrans.metrics import accuracy
 from probtrans.nn import HierarchicalStochasticAttention, StochasticAttention
-from probtrans.run import Run, evaluate_run
+from probtrans.runs import Run, evaluate_run
 from probtrans.specs import read_inference_spec, read_model_spec
 from tests.conftest import ROOT, TINY_MODEL, tiny_inference
 
@@ -66,7 +66,7 @@ print(repr(losses[-1]), sorted(pyro.get_param_store().keys()))
 """
 
 USE_PROBTRANS = f"""
-import probtrans, probtrans.nn, probtrans.run
+import probtrans, probtrans.nn, probtrans.runs
 from probtrans.specs import read_model_spec, read_inference_spec
 probtrans.fit(
     read_model_spec("tiny.toml", {TINY_MODEL!r}),
@@ -331,6 +331,6 @@ def test_the_api_is_imported_on_first_use():
     )
     assert out.splitlines() == [
         "False",
-        "Run.load probtrans.run self_guided DataBundle Encoder",
+        "Run.load probtrans.runs.fitting self_guided DataBundle Encoder",
         "False",
     ]

@@ -867,12 +867,12 @@ def disk_changes(before: dict, after: dict) -> list[str]:
 @pytest.fixture(scope="module")
 def fitted_run(tmp_path_factory) -> Path:
     """A real run folder: the tiny model, one epoch."""
-    from probtrans.run import fit_run
+    from probtrans.runs import fit
 
     root = tmp_path_factory.mktemp("fitted")
     model = root / "model.toml"
     model.write_text(TINY_MODEL)
-    fit_run(model, tiny_inference(root, "map"), root / "run", epochs=1, progress=False)
+    fit(model, tiny_inference(root, "map"), out=root / "run", epochs=1, progress=False)
     return root / "run"
 
 

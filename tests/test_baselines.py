@@ -119,17 +119,18 @@ def test_laplace_predictive_shapes_limits_and_prior_precision(device):
 
 def test_last_layer_laplace_runs_on_a_trained_run(tiny_run, device):
     from probtrans.data import load_data
-    from probtrans.run import load_run
+    from probtrans.runs import load_run
+    from probtrans.runs.evaluation import split_predictives
 
     run = load_run(tiny_run)
     train = run.data.train  # a folder written without a Laplace nor LOO keeps no training split
     run.data.train = type(train)(train.inputs[:0], train.labels[:0])
     run.inference_spec.predictive.posthoc = ["laplace", "mc_dropout"]
     with pytest.raises(ProbtransError, match="no training split"):
-        run.predictives(samples=3)
+        split_predictives(run, run.posterior_samples(3))
     run = load_run(tiny_run, device, data=load_data(run.model_spec.data))
     run.inference_spec.predictive.posthoc = ["laplace", "mc_dropout"]
-    probs, energy, _ = run.predictives(samples=3, device=device)
+    probs, energy, _ = split_predictives(run, run.posterior_samples(3), device)
     assert set(probs) == {"plain", "laplace", "mc_dropout"}
     assert set(energy) == {"plain", "mc_dropout"}  # the Laplace predictive has no logits
     for variant in probs.values():

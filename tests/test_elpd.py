@@ -15,7 +15,8 @@ from probtrans.compare import markdown, rank_by_elpd
 from probtrans.elpd import MIN_LOO_DRAWS, heldout_elpd, psis_loo
 from probtrans.inference.predictive import global_sites
 from probtrans.resolve import load_inference_spec
-from probtrans.run import fit_run, load_run, read_probs
+from probtrans.runs import fit, load_run
+from probtrans.runs.folder import read_probs
 from probtrans.specs import Comparison, Method
 from probtrans.specs.inference import AUTOMATIC_LOO_SAMPLES
 from tests.conftest import TINY_MODEL, tiny_inference
@@ -34,7 +35,7 @@ def fitted(tmp_path_factory: pytest.TempPathFactory, guide: str):
     inference = tiny_inference(folder, guide)
     inference.write_text(inference.read_text().replace("replicas = 2\n", ""))
     assert load_inference_spec(inference).predictive.replicas == 10
-    fit_run(model, inference, folder / "run", progress=False)
+    fit(model, inference, out=folder / "run", progress=False)
     return folder / "run"
 
 

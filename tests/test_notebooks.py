@@ -13,7 +13,7 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from probtrans.run import load_run
+from probtrans.runs import load_run
 from tests.conftest import ROOT, TINY_MODEL, tiny_inference
 from tests.test_text_data import needs_data
 
@@ -59,14 +59,14 @@ print("FIGURES", len(_recorded_figures), "AXES CHECK", _json.dumps(_problems))
 
 def tiny_runs(folder: Path, guides: tuple[str, ...]) -> dict[str, Path]:
     """Tiny digits runs (2 epochs) of ``guides``: guide → run folder ``folder/run-GUIDE``."""
-    from probtrans.run import fit_run
+    from probtrans.runs import fit
 
     model = folder / "tiny.toml"
     model.write_text(TINY_MODEL)
     runs = {}
     for guide in guides:
         runs[guide] = folder / f"run-{guide}"
-        fit_run(model, tiny_inference(folder, guide), runs[guide], progress=False)
+        fit(model, tiny_inference(folder, guide), out=runs[guide], progress=False)
     return runs
 
 
@@ -134,13 +134,13 @@ def test_posterior_predictive_notebook_names_the_command_of_a_missing_run(monkey
 
 @needs_data
 def test_posterior_predictive_notebook_shows_sentences_of_a_text_run(tmp_path, monkeypatch):
-    from probtrans.run import fit_run
+    from probtrans.runs import fit
 
     model = tmp_path / "cola.toml"
     text = TINY_MODEL.replace('name = "digits"\npatch_size = 2', 'name = "cola"\nmax_len = 64')
     model.write_text(text.replace("dropout = 0.0", "dropout = 0.0\nmax_positions = 64"))
     out = tmp_path / "cola-run"
-    fit_run(model, tiny_inference(tmp_path, "map"), out, epochs=1, progress=False)
+    fit(model, tiny_inference(tmp_path, "map"), out=out, epochs=1, progress=False)
     env = {"PROBTRANS_RUN_DIR": str(out), "PROBTRANS_ATTENTION_DRAWS": "2"}
     printed, _ = execute("posterior_predictive.ipynb", monkeypatch, **env)
     data = load_run(out).data

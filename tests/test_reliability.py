@@ -16,11 +16,12 @@ import pytest
 import torch
 
 import probtrans.inference.train
+import probtrans.runs.evaluation
 from probtrans.checkpoint import load_checkpoint, save_checkpoint
 from probtrans.cli import main
 from probtrans.data import load_data
 from probtrans.lock import folder_lock, lock_path
-from probtrans.run import fit_run
+from probtrans.runs import fit
 from probtrans.specs import DataSpec
 from tests.conftest import ROOT, TINY_MODEL, tiny_inference
 from tests.test_corrections import TINY as TINY_SEGMENTATION
@@ -163,8 +164,8 @@ def test_divergence_in_a_later_epoch_keeps_the_last_good_checkpoint(
 # ------------------------------------------------------------------------- reproducibility
 def test_two_fits_with_one_seed_write_the_same_bytes(tmp_path, specs):
     model, inference = specs
-    fit_run(model, inference, tmp_path / "a", progress=False)
-    fit_run(model, inference, tmp_path / "b", progress=False)
+    fit(model, inference, out=tmp_path / "a", progress=False)
+    fit(model, inference, out=tmp_path / "b", progress=False)
     a, b = run_files(tmp_path / "a"), run_files(tmp_path / "b")
     assert {"metrics.json", "checkpoint.pt", "predictive.nc", "probs.npz"} <= set(a)
     for name in a:
@@ -286,7 +287,7 @@ def test_a_network_too_large_for_memory_is_refused_before_anything_is_allocated(
 def test_evaluate_refuses_a_seed_out_of_range(tiny_run, capsys):
     before = snapshot(tiny_run)
     assert main(["evaluate", str(tiny_run), "--seed", "-1"]) == 2
-    assert "--seed -1: must be in 0" in capsys.readouterr().err
+    assert "--seed -1: must be an integer in 0" in capsys.readouterr().err
     assert snapshot(tiny_run) == before
 
 
@@ -296,7 +297,7 @@ def test_an_unexpected_fault_is_one_line_with_a_hint_and_debug_shows_the_traceba
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(probtrans.run, "evaluate", broken)
+    monkeypatch.setattr(probtrans.runs.evaluation, "evaluate", broken)
     assert main(["evaluate", str(tiny_run)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
@@ -353,7 +354,7 @@ def test_a_fit_killed_at_several_moments_resumes_to_the_same_files(tmp_path, spe
     while writing epoch 2's resume file, then run to the end."""
     model, inference = specs
     inference.write_text(inference.read_text().replace("epochs = 2", "epochs = 3"))
-    fit_run(model, inference, tmp_path / "straight", progress=False)
+    fit(model, inference, out=tmp_path / "straight", progress=False)
 
     out = tmp_path / "killed"
     args = fit_args(specs, out)

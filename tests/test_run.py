@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import probtrans.inference.train
+import probtrans.runs.run
 from probtrans import metrics
 from probtrans.checkpoint import load_checkpoint
 from probtrans.cli import main
@@ -25,7 +26,7 @@ from probtrans.inference.train import (
 )
 from probtrans.model import build_classifier
 from probtrans.resolve import load_inference_spec, load_model_spec
-from probtrans.run import evaluate_run, fit_run, load_run
+from probtrans.runs import evaluate_run, fit, load_run
 from probtrans.segmentation import load_segmentation_spec
 from probtrans.specs.inference import AUTOMATIC_LOO_SAMPLES
 from tests.conftest import ROOT, inference_file, tiny_inference, tiny_spec
@@ -42,7 +43,7 @@ def test_fit_writes_a_complete_run_that_evaluate_reproduces(
     """Trained, evaluated and evaluated again on the ``--device`` of the test run."""
     out = tmp_path / "run"
     inference = tiny_inference(tmp_path, guide)
-    scores = fit_run(tiny_model_file, inference, out, device=device, progress=False)
+    scores = fit(tiny_model_file, inference, out=out, device=device, progress=False).metrics
     for name in (
         "metrics.json",
         "predictive.nc",
@@ -87,6 +88,38 @@ def test_fit_writes_a_complete_run_that_evaluate_reproduces(
         assert ood_again[score] == pytest.approx(ood[score], rel=1e-5)
 
 
+def test_evaluate_draws_the_posterior_once_and_its_first_draws_are_the_predictives(
+    tmp_path, tiny_model_file, monkeypatch
+):
+    """``evaluate`` takes max(samples, LOO draws) draws in one call and slices them: the first
+    ``samples`` for the predictive, as many as LOO asks for the training log-likelihood. The
+    draws come one after the other, so the first S of more draws are those S draws alone."""
+    out = tmp_path / "run"
+    inference = tiny_inference(tmp_path, "mfvi")
+    inference.write_text(inference.read_text() + "loo_samples = 12\n")
+    fit(tiny_model_file, inference, out=out, progress=False)
+    run = load_run(out)
+    many, few = run.posterior_samples(12), run.posterior_samples(4)
+    assert not torch.equal(many["head.weight"][0], many["head.weight"][1])  # not a point mass
+    for name, value in few.items():
+        assert torch.equal(value, many[name][:4]), name
+
+    calls = []
+    drawn = probtrans.runs.run.posterior_draws
+
+    def counted(guide, samples, *args, **kwargs):
+        calls.append(samples)
+        return drawn(guide, samples, *args, **kwargs)
+
+    monkeypatch.setattr(probtrans.runs.run, "posterior_draws", counted)
+    before = json.loads((out / "metrics.json").read_text())
+    again = evaluate_run(out)
+    assert calls == [12]  # one draw: max(samples = 4, loo_samples = 12)
+    assert again["posterior_samples"] == 4 and again["loo"] == pytest.approx(before["loo"])
+    idata = az.from_netcdf(out / "predictive.nc")
+    assert idata.log_likelihood["y"].shape[1] == 12 and idata.posterior.sizes["draw"] == 4
+
+
 def written_sizes(out):
     run = load_run(out)
     return len(run.data.test), len(run.data.ood["digits_8_9"])
@@ -94,7 +127,7 @@ def written_sizes(out):
 
 def test_checkpoint_reload_gives_the_same_guide(tmp_path, tiny_model_file):
     out = tmp_path / "run"
-    fit_run(tiny_model_file, tiny_inference(tmp_path, "mfvi"), out, progress=False)
+    fit(tiny_model_file, tiny_inference(tmp_path, "mfvi"), out=out, progress=False)
     state = load_checkpoint(out / "checkpoint.pt")
     run = load_run(out)
     for name, value in run.guide.state_dict().items():
@@ -108,7 +141,7 @@ def test_an_interrupted_fit_resumes_where_it_stopped_and_ends_as_an_uninterrupte
 ):
     inference = tiny_inference(tmp_path, "mfvi")
     straight = tmp_path / "straight"
-    fit_run(tiny_model_file, inference, straight, progress=False)
+    fit(tiny_model_file, inference, out=straight, progress=False)
 
     validation = probtrans.inference.train.validation_metric
     calls = []
@@ -122,12 +155,12 @@ def test_an_interrupted_fit_resumes_where_it_stopped_and_ends_as_an_uninterrupte
     resumed = tmp_path / "resumed"
     monkeypatch.setattr(probtrans.inference.train, "validation_metric", interrupted_in_epoch_2)
     with pytest.raises(KeyboardInterrupt):
-        fit_run(tiny_model_file, inference, resumed, progress=False)
+        fit(tiny_model_file, inference, out=resumed, progress=False)
     assert not resumed.exists()
     assert load_checkpoint(tmp_path / "resumed.partial" / "resume.pt")["epoch"] == 1
 
     monkeypatch.setattr(probtrans.inference.train, "validation_metric", validation)
-    scores = fit_run(tiny_model_file, inference, resumed)
+    scores = fit(tiny_model_file, inference, out=resumed).metrics
     assert "resuming" in capsys.readouterr().out
     assert not (resumed / "resume.pt").exists()
     assert (resumed / "history.json").read_text() == (straight / "history.json").read_text()
@@ -146,7 +179,7 @@ def test_a_saved_state_of_another_fit_is_not_resumed(tmp_path, tiny_model_file, 
     staging = tmp_path / "run.partial"
     other = {**TrainingState(epoch=1).as_dict(), **dict.fromkeys(STATEFUL_KEYS, {})}
     Resumable(staging / "resume.pt", {"seed": 1}).save(other)
-    fit_run(tiny_model_file, inference, tmp_path / "run", seed=0, epochs=1)
+    fit(tiny_model_file, inference, out=tmp_path / "run", seed=0, epochs=1)
     out, err = capsys.readouterr()
     assert "resuming" not in out and "not a readable" not in err
     assert len(json.loads((tmp_path / "run" / "history.json").read_text())) == 1

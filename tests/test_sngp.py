@@ -59,21 +59,22 @@ SNGP_MODEL = TINY_MODEL.replace(
 
 
 def test_sngp_run_uses_the_prior_precision_and_bounded_encoder(tmp_path, monkeypatch, device):
-    from probtrans.run import fit_run, load_run
+    from probtrans.runs import fit, load_run
+    from probtrans.runs.evaluation import split_predictives
 
     model = tmp_path / "sngp.toml"
     model.write_text(SNGP_MODEL)
     text = tiny_inference(tmp_path, "map").read_text()
     text += 'posthoc = ["laplace"]\nlaplace_prior_precision = 1.0\n'
     inference = inference_file(tmp_path, "sngp_map.toml", text)
-    fit_run(model, inference, tmp_path / "run", progress=False)
+    fit(model, inference, out=tmp_path / "run", progress=False)
 
     def refuse(*args, **kwargs):
         raise AssertionError("SNGP keeps its prior precision; nothing is fitted on validation")
 
     monkeypatch.setattr(LastLayerLaplace, "fit_prior_precision", refuse)
     run = load_run(tmp_path / "run", device)  # u, v buffers and the feature map come back
-    probs, _, _ = run.predictives(samples=3, device=device)
+    probs, _, _ = split_predictives(run, run.posterior_samples(3), device)
     assert probs["laplace"]["test"].shape == (3, len(run.data.test), run.data.n_classes)
     assert run.classifier.head.in_features == 128
     for module in run.classifier.encoder.layers.modules():

@@ -26,7 +26,8 @@ from probtrans.inference.train import SVITraining, train_classifier
 from probtrans.inference.training_log import TensorBoardLog, open_log
 from probtrans.model import build_classifier
 from probtrans.resolve import load_inference_spec
-from probtrans.run import check_replaceable, fit_run
+from probtrans.runs import fit
+from probtrans.runs.folder import check_replaceable
 from probtrans.specs import ElboSpec, GuideSpec
 from tests.conftest import ROOT, inference_file, tiny_inference, tiny_spec
 
@@ -236,7 +237,7 @@ def test_a_fit_writes_one_csv_row_per_epoch_with_the_history_and_the_final_elbo(
     tmp_path, tiny_model_file
 ):
     out = tmp_path / "run"
-    scores = fit_run(tiny_model_file, tiny_inference(tmp_path, "mfvi"), out, progress=False)
+    scores = fit(tiny_model_file, tiny_inference(tmp_path, "mfvi"), out=out, progress=False).metrics
     history = json.loads((out / "history.json").read_text())
     with (out / "history.csv").open(newline="") as file:
         rows = list(csv.DictReader(file))
@@ -279,7 +280,7 @@ def test_a_fit_with_the_tensorboard_logger_writes_the_history_as_scalars(tmp_pat
     text = text.replace("[train]", '[train]\nlogger = "tensorboard"')
     inference = inference_file(tmp_path, "map_tb.toml", text)
     out = tmp_path / "run"
-    fit_run(tiny_model_file, inference, out, progress=False)
+    fit(tiny_model_file, inference, out=out, progress=False)
     history = json.loads((out / "history.json").read_text())
     logged = scalars(out / "tensorboard")
     assert set(logged) == (set(history[0]) - {"epoch"}) | {"seconds"}

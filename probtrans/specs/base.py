@@ -21,14 +21,24 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from pydantic_core import PydanticCustomError
 
-from probtrans.errors import ConfigError
+from probtrans.errors import ConfigError, ProbtransError
 
 Positive = Annotated[float, Field(gt=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegative = Annotated[float, Field(ge=0)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 Rate = Annotated[float, Field(ge=0, lt=1)]  # dropout rates
-Seed = Annotated[int, Field(ge=0, lt=2**32)]  # numpy and scikit-learn take seeds below 2**32
+#: seeds of numpy and scikit-learn (and so of a fit) are in 0 … 2**32 − 1
+SEED_RANGE = range(2**32)
+Seed = Annotated[int, Field(ge=SEED_RANGE.start, lt=SEED_RANGE.stop)]
+
+
+def check_seed(seed: int, label: str) -> int:
+    """``seed`` if it is in :data:`SEED_RANGE`; else an error that names it as ``label``
+    (``"--seed -1"`` for the command, ``"seed = -1"`` in Python)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed not in SEED_RANGE:
+        raise ProbtransError(f"{label}: must be an integer in 0 … 2**32 − 1")
+    return seed
 
 
 class Spec(BaseModel):

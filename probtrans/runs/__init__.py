@@ -1,0 +1,16 @@
+"""Run folders: fit a model spec with an inference spec, evaluate it, and keep everything in one
+folder; read it back as a :class:`Run`.
+
+- :mod:`~probtrans.runs.folder` — the folder's files, the staging folder, ``probs.npz``,
+  ``timing.json``, :class:`~probtrans.runs.folder.RunInfo`;
+- :mod:`~probtrans.runs.run` — :class:`Run`, the public object, and :func:`load_run`;
+- :mod:`~probtrans.runs.evaluation` — :func:`evaluate` (one draw of the posterior) and
+  :func:`evaluate_run`;
+- :mod:`~probtrans.runs.fitting` — :func:`fit`.
+"""
+
+from probtrans.runs.evaluation import evaluate_run
+from probtrans.runs.fitting import fit
+from probtrans.runs.run import Run, load_run
+
+__all__ = ["Run", "evaluate_run", "fit", "load_run"]

@@ -1,0 +1,235 @@
+"""Evaluating a run: one set of posterior draws, the posterior predictive of every split with
+its post-hoc variants, the metrics, PSIS-LOO, and the files that hold them (``probs.npz``,
+``predictive.nc``, ``report.png``; ``metrics.json`` is written by the caller).
+
+:func:`evaluate` draws the posterior once: ``max(samples, LOO draws)`` draws of one seed, the
+first ``samples`` for the predictive, the first ``loo_samples`` for the training
+log-likelihood (:class:`Likelihoods`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyro
+import torch
+
+from probtrans import figures
+from probtrans.data import DataBundle, DataSplit
+from probtrans.data.file_bundle import add_ood_sets
+from probtrans.data.saved import save_bundle
+from probtrans.elpd import Loo, psis_loo
+from probtrans.inference.objective import ELBO_KEYS
+from probtrans.inference.posthoc import Energy, Probs, needs_training_split, posterior_predictives
+from probtrans.inference.predictive import (
+    global_sites,
+    inference_data,
+    is_point_mass,
+    log_likelihood,
+    varies_in_the_head_only,
+)
+from probtrans.io import atomic_write, read_json, write_json
+from probtrans.lock import folder_lock
+from probtrans.runs.folder import RunInfo, read_timing, write_probs
+from probtrans.runs.run import Run, load_run
+from probtrans.specs.base import check_seed
+from probtrans.specs.inference import AUTOMATIC_LOO_SAMPLES, PredictiveSpec
+from probtrans.specs.model import OodSetSpec
+from probtrans.summary import ood_sets, summarise
+
+Draws = dict[str, torch.Tensor]  # site → (S, ...)
+
+
+def loo_draws(spec: PredictiveSpec) -> int:
+    """How many global draws the training log-likelihood of PSIS-LOO is asked for: ``[predictive]
+    loo_samples``, or :data:`AUTOMATIC_LOO_SAMPLES` when it is unset (and LOO is cheap)."""
+    return AUTOMATIC_LOO_SAMPLES if spec.loo_samples is None else spec.loo_samples
+
+
+def split_predictives(
+    run: Run,
+    draws: Draws,
+    device: str = "cpu",
+    seed: int = 0,
+    progress: bool = False,
+) -> tuple[Probs, Energy, dict[str, dict[str, np.ndarray]]]:
+    """The plain posterior predictive and the spec's post-hoc variants on the run's own splits
+    (:func:`probtrans.inference.posthoc.posterior_predictives`) from the S posterior ``draws``;
+    the local randomness (attention, dropout) is seeded with ``seed`` first, so it is the same
+    whether the draws come from the guide or the checkpoint."""
+    samples = min((len(value) for value in draws.values()), default=1)
+    pyro.set_rng_seed(seed)
+    spec = run.inference_spec.predictive
+    return posterior_predictives(run.classifier, draws, run.data, spec, samples, device, progress)
+
+
+@dataclass
+class Likelihoods:
+    """The pointwise likelihoods of a run's global posterior draws, the local randomness averaged
+    out (:func:`probtrans.inference.predictive.log_likelihood`), and the PSIS-LOO they give."""
+
+    posterior: dict[str, np.ndarray]  # site → (S, ...): the draws of the predictive
+    test: np.ndarray | None  # (S, N_test); None without LOO
+    train: np.ndarray | None  # (S', N_train), S' = loo_samples; None: no LOO (see loo_note)
+    loo: Loo | None
+    loo_note: str
+
+    def metrics(self) -> dict[str, Any]:
+        """The LOO keys of ``metrics.json`` (:meth:`probtrans.elpd.Loo.metrics`; null without
+        a LOO, ``loo_note`` says why)."""
+        if self.loo is not None:
+            return self.loo.metrics()
+        empty = {"loo": None, "loo_se": None, "p_loo": None, "loo_k_bad": None}
+        return {**empty, "loo_note": self.loo_note}
+
+
+def likelihoods(
+    run: Run, draws: Draws, samples: int, device: str = "cpu", seed: int = 0, progress: bool = False
+) -> Likelihoods:
+    """The first ``samples`` of the global ``draws`` (those of the predictive), their test
+    log-likelihood, and the training log-likelihood of the first ``loo_samples`` draws with its
+    PSIS-LOO (:func:`probtrans.elpd.psis_loo`); a point-mass posterior is evaluated once and its
+    rows repeated. No likelihoods (the draws alone) with ``loo_samples = 0``, or unset when the
+    draws differ inside the network (see :class:`probtrans.specs.PredictiveSpec`)."""
+    spec = run.inference_spec.predictive
+    sites = global_sites(run.classifier)
+    draws = {name: value for name, value in draws.items() if name in sites}
+    posterior = {name: value[:samples].cpu().numpy() for name, value in draws.items()}
+    cheap = is_point_mass(draws) or varies_in_the_head_only(draws)
+    if spec.loo_samples == 0 or (spec.loo_samples is None and not cheap):
+        note = (
+            "no LOO: [predictive] loo_samples = 0"
+            if spec.loo_samples == 0
+            else f"no LOO: the posterior varies inside the network, so the training "
+            f"log-likelihood costs loo_samples × replicas passes over the training split; set "
+            f"[predictive] loo_samples (e.g. {AUTOMATIC_LOO_SAMPLES}) to compute it"
+        )
+        return Likelihoods(posterior, None, None, None, note)
+
+    def pointwise(count: int, split: DataSplit) -> np.ndarray:  # (count, N)
+        first = {name: value[:count] for name, value in draws.items()}
+        values = log_likelihood(
+            run.classifier, first, split, spec.replicas, spec.batch_size, device, seed, progress
+        )
+        return np.broadcast_to(values, (count, len(split)))
+
+    test = pointwise(samples, run.data.test)
+    if len(run.data.train) == 0:
+        note = "no LOO: the run folder keeps no training split (written before runs kept it)"
+        return Likelihoods(posterior, test, None, None, note)
+    drawn = min((len(value) for value in draws.values()), default=samples)
+    train = pointwise(min(loo_draws(spec), drawn), run.data.train)
+    return Likelihoods(posterior, test, train, psis_loo(train, is_point_mass(draws)), "")
+
+
+def split_labels(data: DataBundle) -> dict[str, np.ndarray]:
+    return {name: split.labels.numpy() for name, split in data.splits().items()}
+
+
+def evaluate(
+    run: Run,
+    *,
+    samples: int | None = None,
+    device: str = "cpu",
+    seed: int = 0,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Posterior predictive on the validation and in-domain test splits and every out-of-domain
+    set; writes ``predictive.nc`` (:func:`probtrans.inference.predictive.inference_data`),
+    ``probs.npz`` and ``report.png`` into the run folder and returns the metrics
+    (:func:`probtrans.summary.summarise`; post-hoc variants prefixed ``{variant}.``; PSIS-LOO of
+    the plain predictive: :meth:`Likelihoods.metrics`). An unreliable LOO is warned about."""
+    samples = run.predictive_samples(samples)
+    wanted = max(samples, min(loo_draws(run.inference_spec.predictive), run.kept_draws()))
+    draws = run.posterior_samples(wanted, seed)  # the only draw of the posterior
+    first = {name: value[:samples] for name, value in draws.items()}
+    probs, energy, plain = split_predictives(run, first, device, seed, progress)
+    labels = split_labels(run.data)
+    scores = summarise(probs["plain"], labels, energy["plain"])
+    for variant in sorted(probs.keys() - {"plain"}):
+        variant_scores = summarise(probs[variant], labels, energy.get(variant))
+        scores.update({f"{variant}.{k}": v for k, v in variant_scores.items()})
+    scores["posterior_samples"] = samples
+    write_probs(run.path / "probs.npz", probs, labels, energy)
+    pointwise = likelihoods(run, draws, samples, device, seed, progress)
+    scores.update(pointwise.metrics())
+    if pointwise.loo is not None and not pointwise.loo.reliable:
+        print(f"warning: {pointwise.loo.note} (metrics.json: loo_note)", file=sys.stderr)
+    idata = inference_data(
+        plain["test"],
+        labels["test"],
+        run.data.class_names,
+        ood_sets(plain),
+        posterior=pointwise.posterior,
+        train_log_lik=pointwise.train,
+        train_labels=run.data.train.labels.numpy(),
+        test_log_lik=pointwise.test,
+    )
+    atomic_write(
+        run.path / "predictive.nc", lambda tmp: idata.to_netcdf(str(tmp), engine="h5netcdf")
+    )
+    figures.save_run_figure(
+        run.path / "report.png",
+        probs["plain"]["test"],
+        labels["test"],
+        ood_sets(probs["plain"]),
+        title=figures.run_title(
+            run.data.name,
+            run.model_spec.network.attention.kind,
+            run.describe_guide(),
+            samples,
+            run.model_spec.network.prior.weights,
+            inducing=None if run.guide_name else run.inference_spec.guide.inducing,
+        ),
+        history=figures.read_history(run.path / "history.json"),
+    )
+    return scores
+
+
+def save_run_data(run: Run) -> None:
+    """Keep the run's data in its folder, the training split too where a post-hoc predictive
+    is fitted on it or PSIS-LOO reads its log-likelihood."""
+    spec = run.inference_spec.predictive
+    needed = (needs_training_split(spec) or spec.loo_samples != 0) and len(run.data.train) > 0
+    save_bundle(run.path, run.data, with_train=needed)
+
+
+def evaluate_run(
+    run_dir: str | Path,
+    *,
+    samples: int | None = None,
+    device: str = "cpu",
+    seed: int = 0,
+    progress: bool = False,
+    ood: list[OodSetSpec] = (),
+) -> dict[str, Any]:
+    """Reload a run folder, re-evaluate it and rewrite its metrics, predictive and report; the
+    :class:`RunInfo` and training-set ELBO that ``fit`` wrote and its training time are kept.
+    ``ood``: more named out-of-domain sets (relative paths start at the working folder), kept in
+    the run's data; a set of a name the run has replaces that one."""
+    seed = check_seed(seed, f"seed = {seed!r}")
+    run = load_run(run_dir, device)
+    for known in sorted({o.name for o in ood} & set(run.data.ood)):
+        print(f"note: the out-of-domain set {known!r} of {run.path} is replaced", file=sys.stderr)
+    add_ood_sets(run.data, list(ood), run.model_spec.data, replace=True)
+    metrics_file = run.path / "metrics.json"
+    previous = read_json(metrics_file) if metrics_file.is_file() else {}
+    timing = read_timing(run.path)
+    if "train_seconds" in previous:  # a run written before timing.json: keep its training time
+        timing.setdefault("train_seconds", previous["train_seconds"])
+    with folder_lock(run.path, "probtrans evaluate"):
+        started = time.perf_counter()
+        scores = evaluate(run, samples=samples, device=device, seed=seed, progress=progress)
+        scores.update({key: previous[key] for key in ELBO_KEYS if key in previous})  # fit's
+        scores.update(RunInfo.read(previous))
+        if ood or not (run.path / "data.json").is_file():
+            save_run_data(run)
+        write_json(metrics_file, scores)
+        timing["evaluate_seconds"] = time.perf_counter() - started
+        write_json(run.path / "timing.json", timing)
+    return scores

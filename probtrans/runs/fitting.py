@@ -1,0 +1,215 @@
+"""Fitting a run: a spec pair (files or objects), any guide, in-memory data → a complete run
+folder (:mod:`probtrans.runs.folder`), on one process or several (``torchrun``).
+
+Two fits with the same specs and seed write byte-identical files, ``timing.json`` aside.
+``fit`` trains into ``DIR.partial`` and only replaces ``DIR`` once the run is complete, so a
+failed or interrupted fit never destroys an earlier run; it replaces ``DIR`` only if that is a
+run folder (or ``force``), and holds the lock ``DIR.lock`` (:mod:`probtrans.lock`) while it
+works. Fitting the same specs, seed and epochs into the same folder again continues from the
+last finished epoch (the folder's ``resume.pt`` is removed once the run is complete).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyro
+
+from probtrans import distributed
+from probtrans.checkpoint import save_checkpoint
+from probtrans.data import DataBundle, load_data
+from probtrans.errors import ProbtransError, in_file
+from probtrans.inference.guide import GuideChoice
+from probtrans.inference.train import BestState, Resumable, TrainingDiverged, train_classifier
+from probtrans.io import remove_temporary_files, write_json
+from probtrans.lock import folder_lock
+from probtrans.model import build_classifier
+from probtrans.resolve import load_inference_spec, load_model_spec, spec_folder
+from probtrans.runs.evaluation import evaluate, save_run_data
+from probtrans.runs.folder import (
+    RunInfo,
+    check_replaceable,
+    keep_or_remove_staging,
+    open_staging,
+    replace_folder,
+    staging_folder,
+)
+from probtrans.runs.run import Run, check_device, seeded_draws
+from probtrans.specs import SpecFile, read_spec_text, updated
+from probtrans.specs.base import check_seed
+
+SpecSource = str | Path | SpecFile
+
+
+def spec_source(source: SpecSource, load: Callable[..., SpecFile]) -> tuple[str, SpecFile]:
+    """The text and the checked spec of a spec file path, or of a spec object (its TOML text)."""
+    if isinstance(source, SpecFile):
+        text = source.to_toml()
+        return text, load(source.file, text)
+    text = read_spec_text(Path(source))
+    return text, load(Path(source), text)
+
+
+def guide_identity(guide: GuideChoice) -> str:
+    """What a guide given in Python is, for the run folder and the resume file."""
+    target = getattr(guide, "func", guide)  # functools.partial
+    name = getattr(target, "__qualname__", type(target).__qualname__)
+    return f"{getattr(target, '__module__', '')}.{name}".lstrip(".")
+
+
+def fit(
+    model: SpecSource,
+    inference: SpecSource,
+    *,
+    out: str | Path | None = None,
+    seed: int = 0,
+    guide: GuideChoice | None = None,
+    data: DataBundle | None = None,
+    epochs: int | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+    force: bool = False,
+) -> Run:
+    """Train a model spec with an inference spec by SVI, evaluate it and write a complete run
+    folder; returns the :class:`Run` (its metrics: ``run.metrics``).
+
+    ``model``, ``inference``: spec files or spec objects (:class:`~probtrans.specs.ModelSpec`,
+    :class:`~probtrans.specs.InferenceSpec`). ``out``: the run folder (default: a new temporary
+    folder, ``run.path``); replaced only if it is a run folder, unless ``force``. ``guide``: a
+    Pyro guide or a factory ``model -> guide`` (e.g. ``AutoNormal``), used instead of the one
+    the inference spec names; it is built on the self-guided model and the folder keeps
+    ``predictive.samples`` posterior draws of it. ``data``: an in-memory
+    :class:`~probtrans.data.DataBundle` instead of the model spec's ``[data]``. Everything
+    random is seeded by ``seed`` before the network is built, so two fits with one seed are
+    identical. An interrupted fit into the same ``out`` continues from its last finished epoch.
+
+    In a process group (``torchrun``; :mod:`probtrans.distributed`) every process calls ``fit``
+    with the same arguments and they train one model together; rank 0 alone writes the run
+    folder (and evaluates), and every process returns once it is written.
+    """
+    processes = distributed.current()
+    device = check_device(device, f"device = {device!r}")
+    seed = check_seed(seed, f"seed = {seed!r}")
+    model_text, model_spec = spec_source(model, load_model_spec)
+    inference_text, inference_spec = spec_source(inference, load_inference_spec)
+    texts = {"model_spec": model_text, "inference_spec": inference_text}
+    if epochs is not None:
+        inference_spec = updated(inference_spec, {"train.epochs": epochs}, f"--epochs = {epochs}")
+    if out is None:  # one new folder, the same for every process
+        out = processes.share(lambda: tempfile.mkdtemp(prefix="probtrans-run-"))
+    out_dir = Path(out)
+    processes.share(lambda: check_replaceable(out_dir, force))
+    origin = {} if guide is None else {"guide": guide_identity(guide)}
+    if data is not None:
+        origin["data"] = data.name
+    with in_file(model_spec.file):
+        with processes.main_first():  # rank 0 fills the data cache that the others read
+            data = load_data(model_spec.data, spec_folder(model_spec)) if data is None else data
+        pyro.set_rng_seed(seed)  # the initial weights too depend on the seed
+        classifier = build_classifier(model_spec, data)
+    run = Run(model_spec, inference_spec, data, classifier, None, out_dir)
+    run.guide_name = origin.get("guide", "")
+    staging = staging_folder(out_dir)
+    identity = {**texts, **origin, "seed": seed, "epochs": inference_spec.train.epochs}
+    if processes.distributed:  # a resume file keeps one random state per process
+        identity["processes"] = processes.size
+    with contextlib.ExitStack() as held:
+        resumable: Resumable | None = None
+
+        def stage() -> None:  # on rank 0
+            nonlocal resumable
+            held.enter_context(folder_lock(out_dir, "probtrans fit"))
+            check_replaceable(out_dir, force)  # again, now that no other command writes it
+            resumable = open_staging(out_dir, texts, identity, progress, force)
+
+        processes.share(stage)
+        if resumable is None:  # another process: it trains, rank 0 writes
+            result = train_classifier(
+                classifier, data, inference_spec, seed=seed, device=device, guide=guide
+            )
+            run.guide = result.guide
+        else:
+            run.path = staging
+            try:
+                train_and_evaluate(
+                    run, resumable, {**texts, **origin}, seed, device, progress, guide
+                )
+            except TrainingDiverged as err:
+                raise ProbtransError(f"{err}. {keep_or_remove_staging(staging)}") from None
+            except BaseException:
+                print(f"note: {keep_or_remove_staging(staging)}", file=sys.stderr)
+                raise
+            replace_folder(staging, out_dir)
+            run.path = out_dir
+    processes.share(lambda: None)  # every process returns once the folder is written
+    return run
+
+
+def train_and_evaluate(
+    run: Run,
+    resumable: Resumable,
+    texts: dict[str, str],
+    seed: int,
+    device: str,
+    progress: bool,
+    guide: GuideChoice | None = None,
+) -> None:
+    """Fit ``run``'s classifier, then evaluate it; writes every file of the run into
+    ``run.path``. ``texts``: what the checkpoint keeps besides the weights (the spec texts, and
+    where a guide or the data were given in Python)."""
+
+    def checkpoint(best: BestState, trained: Callable) -> None:
+        if guide is None:
+            posterior = {"guide_state": best.guide_state}
+        else:  # a guide given in Python cannot be rebuilt from a file: keep its draws
+            rng = pyro.util.get_rng_state()  # training goes on with the random state as it was
+            samples = run.predictive_samples()
+            draws = seeded_draws(trained, samples, run.data.val, seed, device)
+            pyro.util.set_rng_state(rng)
+            posterior = {"posterior_draws": {name: v.cpu() for name, v in draws.items()}}
+        save_checkpoint(
+            run.path / "checkpoint.pt",
+            {
+                "model_state": best.model_state,
+                **posterior,
+                "epoch": best.epoch,
+                "seed": seed,
+                **texts,
+            },
+        )
+
+    result = train_classifier(
+        run.classifier,
+        run.data,
+        run.inference_spec,
+        seed=seed,
+        device=device,
+        on_improve=checkpoint,
+        resumable=resumable,
+        progress=progress,
+        guide=guide,
+        log_dir=run.path,
+    )
+    run.guide = result.guide
+    checkpoint(result.best, result.guide)  # the guide as returned (e.g. its Laplace approximation)
+    write_json(run.path / "history.json", result.history)
+    save_run_data(run)
+    started = time.perf_counter()
+    scores = evaluate(run, device=device, seed=seed, progress=progress)
+    info = RunInfo(seed, run.inference_spec.train.epochs, result.best.epoch)
+    scores.update({**result.elbo_terms, **dataclasses.asdict(info)})  # training-set ELBO
+    write_json(run.path / "metrics.json", scores)
+    timing = {
+        "train_seconds": result.seconds,
+        "evaluate_seconds": time.perf_counter() - started,
+        "epoch_seconds": result.epoch_seconds,
+    }
+    write_json(run.path / "timing.json", timing)
+    resumable.path.unlink()
+    remove_temporary_files(run.path)

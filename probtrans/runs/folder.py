@@ -1,0 +1,219 @@
+"""The run folder: its files, the staging folder a fit writes into, and the small files that
+are not the model (``probs.npz``, ``timing.json``, the :class:`RunInfo` in ``metrics.json``).
+
+Run folder (:data:`RUN_FILES`):
+    model.toml, inference.toml   the specs, copied verbatim
+    checkpoint.pt                classifier + guide state of the best validation epoch (for a
+                                 guide given in Python, which cannot be rebuilt from a file: its
+                                 posterior draws), and the spec texts (what ``load_run`` reads)
+    history.json                 per-epoch ELBO and validation metrics
+    metrics.json                 test metrics, OOD scores, temperature-scaled metrics, post-hoc
+                                 variants (:func:`probtrans.summary.summarise`), PSIS-LOO
+                                 (:mod:`probtrans.runs.evaluation`) and the :class:`RunInfo`
+    probs.npz                    class probabilities (S, N, C) of every variant on the validation
+                                 and test splits and every out-of-domain set, free energies (N,)
+    predictive.nc                ArviZ InferenceData (NetCDF): the test posterior predictive, the
+                                 posterior draws of the global sites and the training
+                                 log-likelihood that ``az.loo`` reads
+    report.png                   reliability with bin counts, entropy and mutual information in vs
+                                 out of domain, OOD ROC, risk–coverage, training curves
+                                 (:func:`probtrans.figures.run_figure`)
+    timing.json                  wall-clock seconds of training, of each epoch and of evaluation
+    data.json, data.pt,          the data the run is evaluated on, its class names, tokenizer and
+    tokenizer.json               image scaling (:mod:`probtrans.data.saved`): ``evaluate`` and
+                                 ``predict`` need nothing but the folder
+
+A fit trains into ``DIR.partial`` (:func:`open_staging`) and only replaces ``DIR`` once the run
+is complete (:func:`replace_folder`), so a failed or interrupted fit never destroys an earlier
+run; ``DIR.partial/resume.pt`` holds the whole training state after the last finished epoch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from probtrans.checkpoint import UnreadableCheckpoint, load_checkpoint, set_aside
+from probtrans.data.saved import DATA_FILES
+from probtrans.errors import ProbtransError
+from probtrans.inference.posthoc import Energy, Probs
+from probtrans.inference.train import Resumable
+from probtrans.io import (
+    is_temporary_file,
+    read_json,
+    read_npz,
+    remove_temporary_files,
+    write_npz,
+    write_text,
+)
+
+#: the files of a run folder; a folder holding anything else is not replaced without ``force``
+RUN_FILES = frozenset(
+    {
+        "model.toml",
+        "inference.toml",
+        "checkpoint.pt",
+        "history.json",
+        "history.csv",  # the training log ([train] logger = "csv")
+        "tensorboard",  # ... or its TensorBoard folder
+        "metrics.json",
+        "probs.npz",
+        "predictive.nc",
+        "report.png",
+        "timing.json",
+        *DATA_FILES,
+    }
+)
+#: the resume file of a staging folder
+RESUME = "resume.pt"
+#: the prefix of the free energies' keys in ``probs.npz``
+ENERGY = "energy."
+
+
+@dataclass
+class RunInfo:
+    """How a run was trained: written by ``fit`` into ``metrics.json`` beside the metrics and
+    kept there when the run is evaluated again."""
+
+    seed: int
+    epochs: int  # asked for; ``compare`` refits a run trained for other epochs
+    best_epoch: int  # the epoch whose state was kept
+
+    @classmethod
+    def read(cls, metrics: dict[str, Any]) -> dict[str, Any]:
+        """The run information among a ``metrics.json``'s keys."""
+        return {f.name: metrics[f.name] for f in dataclasses.fields(cls) if f.name in metrics}
+
+
+def check_replaceable(
+    folder: Path, force: bool = False, allowed: frozenset[str] = RUN_FILES
+) -> None:
+    """Refuse to replace ``folder`` unless it is absent, or holds only ``allowed`` files (and
+    temporary files of interrupted writes), or ``force``."""
+    if not folder.exists() and not folder.is_symlink():
+        above = next(p for p in folder.parents if p.exists() or p == Path(p.anchor))
+        if not above.is_dir():
+            raise ProbtransError(f"{folder}: cannot be created, {above} is a file")
+        return
+    if not folder.is_dir() or folder.is_symlink():
+        raise ProbtransError(f"{folder}: exists and is not a folder; choose another --out")
+    foreign = sorted(
+        entry.name
+        for entry in folder.iterdir()
+        if entry.name not in allowed and not is_temporary_file(entry)
+    )
+    if foreign and not force:
+        shown = ", ".join(foreign[:3]) + (
+            f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        )
+        raise ProbtransError(
+            f"{folder}: not a probtrans run folder (it holds {shown}); choose another --out, "
+            f"or pass --force to replace it and everything in it"
+        )
+
+
+def staging_folder(out: Path) -> Path:
+    """``DIR.partial``: where a fit into ``DIR`` writes until the run is complete."""
+    return out.with_name(out.name + ".partial")
+
+
+def open_staging(
+    out: Path, texts: dict[str, str], identity: dict, progress: bool, force: bool = False
+) -> Resumable:
+    """The staging folder of a fit into ``out``, continued if it holds this fit's resume file
+    (``identity``: what must match), else new with the spec ``texts`` (it is replaced only if it
+    holds nothing but a fit's files, or ``force``). A resume file that cannot be read is set
+    aside as ``DIR.unreadable-resume.pt`` and the fit starts over."""
+    staging = staging_folder(out)
+    check_replaceable(staging, force, allowed=RUN_FILES | {RESUME})
+    resume = staging / RESUME
+    try:
+        resumable = Resumable(resume, identity)
+    except UnreadableCheckpoint as err:
+        aside = out.with_name(out.name + ".unreadable-resume.pt")
+        set_aside(err, aside, "the fit starts over")
+        resumable = Resumable(resume, identity)
+    if resumable.saved is None:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        write_text(staging / "model.toml", texts["model_spec"])
+        write_text(staging / "inference.toml", texts["inference_spec"])
+    else:
+        remove_temporary_files(staging)  # of writes a killed fit left unfinished
+        if progress:
+            print(f"resuming {staging} after epoch {resumable.saved['epoch']}", flush=True)
+    return resumable
+
+
+def keep_or_remove_staging(staging: Path) -> str:
+    """After a fit that stopped: keep its staging folder if an epoch finished (the same command
+    continues from it), else remove it. Returns what was done, for the user."""
+    resume = staging / RESUME
+    if resume.is_file():
+        try:
+            epoch = load_checkpoint(resume)["epoch"]
+        except (ProbtransError, KeyError):
+            epoch = "?"
+        return (
+            f"The state after epoch {epoch} is kept in {staging}/ (resume.pt, and checkpoint.pt "
+            f"of the best epoch): the same command continues from it, other specs start over"
+        )
+    shutil.rmtree(staging, ignore_errors=True)
+    return "No epoch had finished: nothing was kept"
+
+
+def replace_folder(new: Path, old: Path) -> None:
+    """Move the finished ``new`` folder to ``old``, removing the previous run only afterwards."""
+    if not old.exists():
+        new.rename(old)
+        return
+    trash = Path(tempfile.mkdtemp(dir=old.parent, prefix=f".{old.name}.replaced-"))
+    old.rename(trash / old.name)
+    new.rename(old)
+    shutil.rmtree(trash)
+
+
+def read_timing(folder: Path) -> dict[str, float]:
+    """``timing.json`` of a run folder: ``train_seconds`` (summed over resumed sessions),
+    ``epoch_seconds`` (the wall time of each epoch) and ``evaluate_seconds``; empty if the run
+    has none."""
+    path = folder / "timing.json"
+    return read_json(path) if path.is_file() else {}
+
+
+def write_probs(path: Path, probs: Probs, labels: dict[str, np.ndarray], energy: Energy) -> None:
+    """``probs.npz``: ``{variant}/{split}`` (S, N, C), ``labels/{split}`` (N,) and
+    ``energy.{variant}/{split}`` (N,)."""
+    arrays = {f"{v}/{s}": p.astype(np.float32) for v, by in probs.items() for s, p in by.items()}
+    arrays.update({f"labels/{split}": value for split, value in labels.items()})
+    arrays.update(
+        {
+            f"{ENERGY}{v}/{s}": e.astype(np.float32)
+            for v, by in energy.items()
+            for s, e in by.items()
+        }
+    )
+    write_npz(path, arrays)
+
+
+def read_probs(path: Path) -> tuple[Probs, dict[str, np.ndarray], Energy]:
+    """Inverse of :func:`write_probs`: probabilities, labels, energies (none in runs written
+    before they were kept)."""
+    probs: Probs = {}
+    energy: Energy = {}
+    labels = {}
+    for key, value in read_npz(path).items():
+        variant, split = key.split("/", 1)
+        if variant == "labels":
+            labels[split] = value
+        elif variant.startswith(ENERGY):
+            energy.setdefault(variant.removeprefix(ENERGY), {})[split] = value
+        else:
+            probs.setdefault(variant, {})[split] = value
+    return probs, labels, energy

@@ -1,0 +1,258 @@
+""":class:`Run`, the public object of a fitted model: its specs, data, classifier, guide and
+folder; :func:`load_run` reads one back from its folder (:mod:`probtrans.runs.folder`)."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyro
+import torch
+from torch import nn
+
+from probtrans import metrics
+from probtrans.checkpoint import UnreadableCheckpoint, load_checkpoint, require
+from probtrans.contract import keep_params_local, local_params
+from probtrans.data import DataBundle, DataSplit, load_data
+from probtrans.data.saved import load_saved_bundle
+from probtrans.errors import ProbtransError, in_file
+from probtrans.inference.guide import build_guide
+from probtrans.inference.predictive import posterior_draws, predict
+from probtrans.io import read_json
+from probtrans.model import Classifier, build_classifier
+from probtrans.prediction import prediction_columns
+from probtrans.resolve import load_inference_spec, load_model_spec, spec_folder
+from probtrans.runs.folder import read_probs
+from probtrans.specs import InferenceSpec, ModelSpec
+
+#: the devices a run is fitted, evaluated or asked on
+DEVICES = ("cpu", "cuda")
+
+
+def check_device(device: str, label: str) -> str:
+    """``device`` if this machine has it; else an error that names it as ``label``
+    (``"--device cuda"`` for the command, ``"device = 'cuda'"`` in Python)."""
+    if device not in DEVICES:
+        raise ProbtransError(f"{label}: must be 'cpu' or 'cuda'")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ProbtransError(f"{label}: no CUDA device is available on this machine")
+    return device
+
+
+@dataclass
+class Run:
+    """A fitted (or reloaded) model with its specs, data, guide and folder.
+
+    ``guide`` is None for a run whose guide was given in Python and which was read back from its
+    folder: its posterior is the ``draws`` kept in its checkpoint (site → (S, ...)).
+    """
+
+    model_spec: ModelSpec
+    inference_spec: InferenceSpec
+    data: DataBundle
+    classifier: Classifier
+    guide: Callable | None  # None until fitted
+    path: Path
+    draws: dict[str, torch.Tensor] | None = None
+    guide_name: str = ""  # a guide given in Python: what it is; else the spec's guide.name
+
+    @classmethod
+    def load(cls, path: str | Path, device: str = "cpu", data: DataBundle | None = None) -> Run:
+        """The run in folder ``path`` (:func:`load_run`)."""
+        return load_run(path, device, data)
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """The run's ``metrics.json``."""
+        return read_json(self.path / "metrics.json")
+
+    @property
+    def device(self) -> str:
+        return "cuda" if next(self.classifier.parameters()).is_cuda else "cpu"
+
+    def describe_guide(self) -> str:
+        return self.guide_name or self.inference_spec.guide.name
+
+    def predictive_samples(self, asked: int | None = None) -> int:
+        """The posterior draws of a predictive: ``asked``, else ``[predictive] samples``."""
+        return asked or self.inference_spec.predictive.samples
+
+    def posterior_samples(self, samples: int, seed: int = 0) -> dict[str, torch.Tensor]:
+        """S draws of every global site (weights with priors, inducing variables): site →
+        (S, ...). From the guide, seeded; for a guide given in Python and read back from the
+        folder, the first S of the draws its checkpoint keeps. The draws are taken one after
+        the other, so the first S of more draws with one seed are these S."""
+        if samples <= 0:
+            raise ProbtransError(f"samples = {samples}: must be > 0")
+        if self.guide is None:
+            assert self.draws is not None
+            kept = self.kept_draws()
+            if samples > kept:
+                raise ProbtransError(
+                    f"{self.path}: its guide ({self.describe_guide()}) was given in Python and "
+                    f"only {kept} posterior draws are kept in checkpoint.pt; ask for at most "
+                    f"{kept} samples"
+                )
+            return {name: value[:samples] for name, value in self.draws.items()}
+        return seeded_draws(self.guide, samples, self.data.val, seed, self.device)
+
+    def kept_draws(self) -> int:
+        """How many posterior draws the folder keeps for a guide given in Python (none is
+        unbounded: a guide draws as many as asked)."""
+        if self.guide is not None or not self.draws:
+            return sys.maxsize
+        return min(len(value) for value in self.draws.values())
+
+    @local_params()
+    def predict(
+        self,
+        inputs: list[str] | torch.Tensor | np.ndarray | DataSplit,
+        samples: int | None = None,
+        seed: int = 0,
+        progress: bool = False,
+        labels: np.ndarray | None = None,
+    ) -> dict[str, np.ndarray]:
+        """The posterior predictive on new ``inputs``: texts (a list of strings, tokenised as in
+        training), token ids (N, L) (0 = padding), raw images (N, C, H, W) or (N, H, W),
+        scaled as the training images were, or a split made by :meth:`as_split`. Returns
+        :func:`probtrans.prediction.prediction_columns`, one row per input, with the entropy
+        percentile among the run's validation examples (from its ``probs.npz``) and, given
+        ``labels`` (N,) (classes, −1 for none), the label's class name; the same numbers as
+        ``probtrans predict``."""
+        samples = self.predictive_samples(samples)
+        split = inputs if isinstance(inputs, DataSplit) else self.as_split(inputs)
+        draws = self.posterior_samples(samples, seed)
+        pyro.set_rng_seed(seed)  # the local randomness, as in evaluation
+        batch = self.inference_spec.predictive.batch_size
+        device = self.device
+
+        def probs(part: DataSplit) -> np.ndarray:
+            return predict(
+                self.classifier, None, part, samples, batch, device, draws=draws, progress=progress
+            )["probs"]
+
+        columns = probs(split)
+        validation = self.validation_probs()
+        if validation is None:
+            validation = probs(self.data.val)
+        reference = metrics.predictive_entropy(validation)
+        return prediction_columns(columns, self.data.class_names, reference, labels)
+
+    def validation_probs(self) -> np.ndarray | None:
+        """The validation predictive (S, N, C) the run's ``probs.npz`` keeps, if it has one."""
+        path = self.path / "probs.npz"
+        return read_probs(path)[0]["plain"]["val"] if path.is_file() else None
+
+    def as_split(
+        self, inputs: list[str] | torch.Tensor | np.ndarray, what: str = "inputs"
+    ) -> DataSplit:
+        """``inputs`` as an unlabelled split of this run's kind (see :meth:`predict`); errors
+        name them as ``what``."""
+        if isinstance(inputs, str):
+            raise ProbtransError(f"{what}: give a list of texts, not one string")
+        if len(inputs) == 0:
+            raise ProbtransError(f"{what}: nothing to predict")
+        texts = isinstance(inputs, list | tuple) and all(isinstance(x, str) for x in inputs)
+        if texts or self.data.kind == "image":
+            prepared, mask = self.data.encode(list(inputs) if texts else inputs, what)
+            return DataSplit.unlabelled(prepared, mask)
+        values = torch.as_tensor(np.asarray(inputs))
+        if values.dim() != 2 or values.is_floating_point():
+            raise ProbtransError(
+                f"inputs of shape {tuple(values.shape)} ({values.dtype}): this run takes texts "
+                f"or token ids (N, L)"
+            )
+        ids = values.long()
+        return DataSplit.unlabelled(ids, ids != 0)
+
+    def module(self, draw: str | int = "mean") -> nn.Module:
+        """The trained network as a plain module: the classifier with every random weight fixed
+        at the posterior mean (``draw="mean"``: the guide's median, the mean of a Normal guide; the
+        mean of the kept draws for a guide given in Python) or at posterior draw number ``draw``
+        of :meth:`posterior_samples` (seed 0). ``module(inputs, mask)`` returns logits (B, C) in
+        one pass; stochastic attention still draws its weights on each call. In eval mode."""
+        if draw == "mean":
+            if self.guide is not None and hasattr(self.guide, "median"):
+                _, inputs, mask, labels = next(self.data.val.batches(2))
+                with local_params():
+                    values = self.guide.median(inputs, mask, labels)
+            else:
+                draws = self.posterior_samples(self.predictive_samples())
+                values = {name: value.mean(0) for name, value in draws.items()}
+        elif isinstance(draw, int) and draw >= 0:
+            values = {name: v[draw] for name, v in self.posterior_samples(draw + 1).items()}
+        else:
+            raise ProbtransError(f"draw = {draw!r}: must be 'mean' or a draw number ≥ 0")
+        network = copy.deepcopy(self.classifier)
+        for site, value in values.items():
+            owner, _, name = site.rpartition(".")
+            module = network.get_submodule(owner)
+            delattr(module, name)
+            setattr(module, name, nn.Parameter(value.detach().clone()))
+        network.initial_weights = {}
+        return keep_params_local(network).eval()
+
+
+def seeded_draws(
+    guide: Callable, samples: int, split: DataSplit, seed: int, device: str = "cpu"
+) -> dict[str, torch.Tensor]:
+    """S draws of the guide's global sites, seeded: those :meth:`Run.posterior_samples` gives,
+    and those a run folder keeps for a guide given in Python (the guide's parameters and
+    ``device`` alike)."""
+    pyro.set_rng_seed(seed)
+    return posterior_draws(guide, samples, split, device)
+
+
+def load_run(run_dir: str | Path, device: str = "cpu", data: DataBundle | None = None) -> Run:
+    """Rebuild the classifier and guide of a run folder from its checkpoint, with the spec texts
+    the checkpoint keeps (the folder's copies are for reading; a note says if they differ).
+
+    The data come from the folder (:mod:`probtrans.data.saved`); ``data`` replaces them. A run
+    written before runs kept their data reads its model spec's ``[data]``."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ProbtransError(f"{run_dir}: no such run folder")
+    device = check_device(device, f"device = {device!r}")
+    path = run_dir / "checkpoint.pt"
+    keys = ["model_state", "model_spec", "inference_spec"]
+    state = require(load_checkpoint(path), path, keys)
+    if "guide_state" not in state and "posterior_draws" not in state:
+        require(state, path, ["guide_state"])
+    for key, name in (("model_spec", "model.toml"), ("inference_spec", "inference.toml")):
+        copy_ = run_dir / name
+        if not copy_.is_file() or copy_.read_bytes() != state[key].encode():
+            print(
+                f"note: {copy_} is not the spec this run was trained with; using that one, kept "
+                f"in {path}",
+                file=sys.stderr,
+            )
+    model_spec = load_model_spec(f"{path} (model spec)", state["model_spec"])
+    inference_spec = load_inference_spec(f"{path} (inference spec)", state["inference_spec"])
+    data = load_saved_bundle(run_dir) if data is None else data
+    if "data" in state and data is None:
+        raise ProbtransError(
+            f"{run_dir}: fitted on the in-memory data set {state['data']!r}, which no file "
+            f"holds; pass it: Run.load(path, data=...)"
+        )
+    with in_file(model_spec.file):
+        data = load_data(model_spec.data, spec_folder(model_spec)) if data is None else data
+        classifier = build_classifier(model_spec, data).to(device)
+    guide, draws = None, None
+    try:
+        classifier.load_state_dict(state["model_state"])
+        if "posterior_draws" in state:
+            draws = {name: value.to(device) for name, value in state["posterior_draws"].items()}
+        else:
+            guide = build_guide(classifier, inference_spec.guide, data.val, device)
+            guide.load_state_dict(state["guide_state"])
+    except (RuntimeError, KeyError) as err:
+        reason = f"its weights do not fit its model spec ({str(err).splitlines()[0]})"
+        raise UnreadableCheckpoint(path, reason) from None
+    run = Run(model_spec, inference_spec, data, classifier, guide, run_dir, draws)
+    run.guide_name = state.get("guide", "")
+    return run
