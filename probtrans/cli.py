@@ -28,23 +28,6 @@ DEFAULT_MODEL = "models/digits/h_sto.toml"
 DEFAULT_INFERENCE = "inference/map.toml"
 DEFAULT_SEGMENTATION = "models/digits_segmentation/gaussian_mixture.toml"
 SCHEMAS = ("model", "inference", "comparison", "segmentation")
-#: the metrics ``fit`` and ``evaluate`` print (:mod:`probtrans.summary`); a key the run lacks
-#: (``disagreement`` of one sample, ``test_elpd``) gets no row
-HEADLINE = (
-    "accuracy",
-    "nll",
-    "brier",
-    "ece",
-    "aece",
-    "mce",
-    "aurc",
-    "augrc",
-    "cov_at_5_risk",
-    "risk_at_80_cov",
-    "mutual_information",
-    "disagreement",
-    "test_elpd",
-)
 
 
 def spec_path(path: str) -> Path:
@@ -57,11 +40,13 @@ def spec_path(path: str) -> Path:
 
 
 def print_metrics(scores: dict) -> None:
-    """The headline in-domain metrics of the plain, temperature-scaled and post-hoc
+    """The headline in-domain metrics (:func:`probtrans.summary.headline`; a key the run lacks,
+    ``disagreement`` of one sample, gets no row) of the plain, temperature-scaled and post-hoc
     predictives side by side, then every out-of-domain set with every score, per predictive."""
     from probtrans.report import OOD_NOTE, format_ood_table, format_run_table, variants
+    from probtrans.summary import headline
 
-    print(format_run_table(scores, HEADLINE))
+    print(format_run_table(scores, headline()))
     if scores.get("ood"):
         print(f"\n{OOD_NOTE}")
     for variant in ["", *variants(scores)]:
@@ -147,7 +132,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     from probtrans.data.file_bundle import label_indices
     from probtrans.data.files import HF_PREFIX, read_inputs
-    from probtrans.prediction import OUTPUT_FORMATS, write_predictions
+    from probtrans.data.formats import find_format, formats, suffixes
+    from probtrans.prediction import write_predictions
     from probtrans.runs import load_run
 
     check_seed_and_device(args)
@@ -157,8 +143,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if local and not Path(args.input).exists():  # before loading the run
         raise ProbtransError(f"{args.input}: no such file")
     out = Path(args.out) if args.out else None
-    if out is not None and out.suffix.lower() not in OUTPUT_FORMATS:
-        raise ProbtransError(f"--out {out}: must end in {', '.join(OUTPUT_FORMATS)}")
+    if out is not None and find_format(out, formats(writable=True)) is None:
+        raise ProbtransError(f"--out {out}: must end in {suffixes(formats(writable=True))}")
     if out is not None and local and out.resolve() == Path(args.input).resolve():
         raise ProbtransError(f"--out {out}: is the input; write the predictions elsewhere")
     run = load_run(args.run_dir, args.device)
@@ -260,6 +246,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
+    from probtrans.data.formats import formats, suffixes
+
     top = argparse.ArgumentParser(
         prog="probtrans", description="Transformers that estimate their own uncertainty (Pyro)."
     )
@@ -292,7 +280,7 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=SOURCE",
-        help="another out-of-domain set: a file (CSV, TSV, JSON Lines, Parquet, .npz) or "
+        help=f"another out-of-domain set: a file ({suffixes(formats(labels=None))}) or "
         "hf:ID[:CONFIG][@SPLIT]; repeat for several",
     )
     evaluate.set_defaults(run=cmd_evaluate)
@@ -304,14 +292,14 @@ def parser() -> argparse.ArgumentParser:
     predict.add_argument(
         "input",
         metavar="INPUT",
-        help="texts: '-' (stdin, one per line), .txt, .csv, .tsv, .jsonl[.gz] or .parquet with "
-        "the run's text column; images: .npz with an array 'x'; or hf:ID[:CONFIG][@SPLIT] "
-        "(default split: test)",
+        help=f"texts: '-' (stdin, one per line) or {suffixes(formats('text', labels=None))} "
+        f"with the run's text column; images: {suffixes(formats('image', labels=None))}; or "
+        "hf:ID[:CONFIG][@SPLIT] (default split: test)",
     )
     predict.add_argument(
         "--out",
         metavar="FILE",
-        help="write .csv, .tsv, .jsonl or .parquet (default: a table on stdout)",
+        help=f"write {suffixes(formats(writable=True))} (default: a table on stdout)",
     )
     predict.add_argument(
         "--samples", metavar="S", type=int, help="posterior samples (default: the spec's)"

@@ -6,8 +6,8 @@ command line, or a preset file (``results/presets/*.toml``)::
     title = "H-STO Table 2: CoLA"
     seeds = [0, 1, 2]
     id_metric = "mcc"          # or "accuracy"; also used for the labelled OOD sets
-    ood_score = "entropy"      # the uncertainty score of the OOD columns: msp, entropy,
-                               # expected_entropy, mutual_information, std_top, energy
+    ood_score = "entropy"      # the uncertainty score of the OOD columns, one of
+                               # probtrans.metrics.UNCERTAINTY_SCORES (msp, entropy, ...)
     epochs = 5                 # optional: override every inference spec's train.epochs
 
     [[method]]
@@ -28,8 +28,11 @@ that use it; a run whose ``metrics.json`` and ``probs.npz`` exist and that was t
 epochs asked is reused, and a run interrupted during training continues from its last finished
 epoch (:func:`probtrans.runs.fit`), so an interrupted comparison resumes where it stopped.
 Each row is the mean ± standard deviation over seeds of :func:`probtrans.summary.summarise`,
-computed from the runs' ``probs.npz``. Under torchrun every run is trained by all the processes
-together, and rank 0 decides what to train and writes the table and the figure.
+computed from the runs' ``probs.npz``: the ``id_metric``, the metrics marked ``compared``
+(:func:`probtrans.summary.comparison_metrics`), the held-out ELPD and the out-of-domain
+columns.
+Under torchrun every run is trained by all the processes together, and rank 0 decides what to
+train and writes the table and the figure.
 """
 
 from __future__ import annotations
@@ -47,14 +50,12 @@ from probtrans import calibration, distributed, figures
 from probtrans.elpd import POINT_MASS, UNRELIABLE, heldout_elpd, standard_error
 from probtrans.errors import ConfigError
 from probtrans.io import read_json, save_png, write_text
-from probtrans.metrics import UNCERTAINTY_SCORES
+from probtrans.metrics import METRICS, UNCERTAINTY_SCORES
 from probtrans.resolve import load_inference_spec, load_model_spec
 from probtrans.runs import fit
 from probtrans.runs.folder import RunInfo, read_probs, read_timing
 from probtrans.specs import Comparison, Method, read_spec
-from probtrans.summary import summarise
-
-COLUMNS = ("nll", "ece", "mce", "brier")
+from probtrans.summary import comparison_metrics, summarise
 
 
 def load_preset(path: str | Path) -> Comparison:
@@ -73,14 +74,6 @@ def load_preset(path: str | Path) -> Comparison:
     return comparison
 
 
-def check_ood_score(comparison: Comparison) -> None:
-    if comparison.ood_score not in UNCERTAINTY_SCORES:
-        raise ConfigError(
-            f"{comparison.file}: ood_score = {comparison.ood_score!r}: must be one of "
-            f"{', '.join(UNCERTAINTY_SCORES)}"
-        )
-
-
 def missing_variant(method: Method) -> ConfigError:
     return ConfigError(
         f"{method.inference}: [predictive] posthoc does not list {method.variant!r}, "
@@ -91,7 +84,7 @@ def missing_variant(method: Method) -> ConfigError:
 def check_methods(comparison: Comparison) -> None:
     """Read every method's specs and check its variant, and that methods sharing a run agree on
     its epochs, before anything is trained."""
-    check_ood_score(comparison)
+    UNCERTAINTY_SCORES.get(comparison.ood_score, f"{comparison.file}: ood_score")  # or ConfigError
     sharing: dict[tuple[str, str], Method] = {}  # (model, inference) → first method training it
     for method in comparison.method:
         load_model_spec(method.model)
@@ -255,14 +248,16 @@ def table_rows(comparison: Comparison, out: Path) -> list[dict[str, str]]:
     AUROC and AUPR of the comparison's ``ood_score``."""
     rows, tests = [], []
     metric, score = comparison.id_metric, comparison.ood_score
+    shown = METRICS.get(metric, f"{comparison.file}: id_metric")
     for method in comparison.method:
         folders = [run_dir(out, method, seed) for seed in comparison.seeds_of(method)]
         instances = method_probs(method, folders)
         scores = [summarise(r.probs, r.labels, r.energy) for r in instances]
         row = {"method": method.name, "seeds": str(len(folders))}
-        row[f"ID {metric} (%)"] = mean_std([s[metric] for s in scores], 100)
-        for key in COLUMNS:
-            row[key] = mean_std([s[key] for s in scores], 100 if key != "nll" else 1)
+        row[f"ID {metric} ({shown.unit})"] = mean_std([s[metric] for s in scores], shown.scale)
+        for column in comparison_metrics():
+            values = [s.get(column.name) for s in scores]  # None: no value, or too few draws
+            row[column.name] = "–" if None in values else mean_std(values, column.scale)
         row["test ELPD"] = mean_std([s["test_elpd"] for s in scores])
         row["ELPD SE"] = f"{np.mean([s['test_elpd_se'] for s in scores]):.1f}"
         row["ELPD rank"] = row["Δ ELPD (SE)"] = ""  # by rank_by_elpd, once every method is in
@@ -273,7 +268,8 @@ def table_rows(comparison: Comparison, out: Path) -> list[dict[str, str]]:
         for set_name, first in scores[0]["ood"].items():
             sets = [s["ood"][set_name] for s in scores]
             if metric in first:
-                row[f"{set_name} {metric} (%)"] = mean_std([r[metric] for r in sets], 100)
+                values = [r[metric] for r in sets]
+                row[f"{set_name} {metric} ({shown.unit})"] = mean_std(values, shown.scale)
             for measure in ("auroc", "aupr"):
                 values = [r[score][measure] for r in sets if score in r]
                 column = f"{set_name} {measure.upper()} (%)"
@@ -290,12 +286,16 @@ def markdown(rows: list[dict[str, str]], comparison: Comparison) -> str:
     lines = [f"## {comparison.title}", "", "| " + " | ".join(header) + " |"]
     lines.append("|" + "|".join("---" for _ in header) + "|")
     lines += ["| " + " | ".join(row.get(h, "–") for h in header) + " |" for row in rows]
+    units: dict[str, list[str]] = {}
+    for column in comparison_metrics():
+        units.setdefault(column.unit, []).append(column.label)
+    units.setdefault("%", []).extend(["AUROC", "AUPR"])
+    in_units = "; ".join(f"{', '.join(labels)} in {unit}" for unit, labels in units.items())
     lines += [
         "",
-        f"ECE, MCE, Brier, AUROC and AUPR in %; NLL in nats. Out-of-domain detection of each "
-        f"set against the in-domain test split by {comparison.ood_score} (higher = more "
-        f"uncertain; AUROC, AUPR with out-of-domain positive). Mean ± std over seeds (a deep "
-        f"ensemble is one predictive over all seeds).",
+        f"{in_units}. Out-of-domain detection of each set against the in-domain test split by "
+        f"{comparison.ood_score} (higher = more uncertain; AUROC, AUPR with out-of-domain "
+        f"positive). Mean ± std over seeds (a deep ensemble is one predictive over all seeds).",
         "",
         "Methods are ranked by the held-out ELPD, test ELPD = Σ_n log (1/S) Σ_s p(y_n | draw s) "
         "over the test split (nats; higher is better); ELPD SE = sqrt(N) · std of its pointwise "

@@ -34,6 +34,9 @@ from sklearn.metrics import roc_curve
 
 from probtrans.io import read_json, save_png
 from probtrans.metrics import (
+    METRICS,
+    UNCERTAINTY_SCORES,
+    Metric,
     aurc,
     calibration_bins,
     ece,
@@ -45,7 +48,7 @@ from probtrans.metrics import (
     risk_coverage,
     uncertainty_scores,
 )
-from probtrans.summary import ood_sets, ood_split, summarise
+from probtrans.summary import comparison_metrics, ood_sets, ood_split, summarise
 
 #: out-of-domain sets whose histograms (and ROC legend entries) the run figure shows; more are
 #: shown as box plots (and as grey ROC curves, the best and the worst named)
@@ -54,21 +57,8 @@ MAX_OVERLAID = 5
 RUN_FIGSIZE = (15.0, 9.0)
 #: the size of a comparison figure, whatever its number of methods
 COMPARISON_FIGSIZE = (16.0, 10.0)
-#: weight guides in words (``[guide] name``); MAP becomes maximum likelihood without priors
-GUIDE_WORDS = {
-    "delta": "MAP (point mass)",
-    "normal": "mean-field normal",
-    "lowrank": "low-rank + diagonal normal",
-}
-#: uncertainty scores in words (axis labels)
-SCORE_WORDS = {
-    "msp": "1 − max probability",
-    "entropy": "predictive entropy (nats)",
-    "expected_entropy": "expected entropy (nats)",
-    "mutual_information": "mutual information (nats)",
-    "std_top": "std of top-class probability",
-    "energy": "free energy",
-}
+#: after a metric's label: which way is better (:attr:`probtrans.metrics.Metric.higher_is_better`)
+ARROWS = {True: " ↑", False: " ↓", None: ""}
 #: history keys of the objective panel (nats per example) and their legend names
 OBJECTIVE_KEYS = {
     "elbo": "ELBO",
@@ -92,38 +82,15 @@ class Predictive(Protocol):
 
 
 # ----------------------------------------------------------------------------- words
-def guide_in_words(guide: str, weight_priors: str = "all") -> str:
-    """The guide named ``guide`` in words; ``delta`` without weight priors
-    (``[model.prior] weights = "none"``) is maximum likelihood."""
-    if guide == "delta" and weight_priors == "none":
-        return "maximum likelihood (no weight priors)"
-    words = GUIDE_WORDS.get(guide, guide)
-    if weight_priors == "last_layer":
-        words += " on the last layer"
-    elif weight_priors == "none":
-        words += " (no weight priors)"
-    return words
-
-
-def run_title(
-    data: str,
-    attention: str,
-    guide: str,
-    samples: int,
-    weight_priors: str = "all",
-    inducing: str | None = None,
-) -> str:
-    """What a run is, for its figure: data, attention kind, the guide in words (with the guide
-    of the inducing variables, ``inducing``, for SGPA attention, the kind that has them), and
-    the number of posterior samples."""
-    words = guide_in_words(guide, weight_priors)
-    if inducing and attention == "sgpa":
-        words += f", inducing variables: {inducing}"
-    return f"{data} · {attention} attention · guide: {words} · S = {samples} posterior samples"
+def run_title(data: str, attention: str, guide: str, samples: int) -> str:
+    """What a run is, for its figure: data, attention kind, the guide in words
+    (:func:`probtrans.inference.guide.guide_in_words`) and the number of posterior samples."""
+    return f"{data} · {attention} attention · guide: {guide} · S = {samples} posterior samples"
 
 
 def score_label(name: str) -> str:
-    return SCORE_WORDS.get(name, name)
+    """The uncertainty score ``name`` in words (:data:`probtrans.metrics.UNCERTAINTY_SCORES`)."""
+    return UNCERTAINTY_SCORES.get(name, "uncertainty score").label
 
 
 def short(label: str) -> str:
@@ -146,11 +113,6 @@ def method_colours(n: int) -> list[Any]:
     """Colours of ``n`` methods: tab10, or tab20 beyond ten methods."""
     cmap = colormaps["tab10" if n <= 10 else "tab20"]
     return [cmap(i % cmap.N) for i in range(n)]
-
-
-def legend_entries(ax: Axes) -> list[str]:
-    legend = ax.get_legend()
-    return [] if legend is None else [t.get_text() for t in legend.get_texts()]
 
 
 def nonempty(scores: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -524,9 +486,10 @@ def comparison_figure(
     subfigure, the first predictive of each method: reliability (bin accuracy against bin mean
     confidence, a line per method, marker area ∝ examples in the bin), risk–coverage, and the
     ROC of the first out-of-domain set by ``ood_score``. Bottom subfigure, mean ± standard
-    deviation over the predictives of :func:`probtrans.summary.summarise`: ``id_metric``, NLL,
-    ECE, AURC, the held-out ELPD and that set's AUROC, a row per method. One colour and marker
-    per method in every panel; the legend is outside, right. The axes are in
+    deviation over the predictives of :func:`probtrans.summary.summarise`: ``id_metric``, the
+    metrics of :func:`probtrans.summary.comparison_metrics` (NLL, Brier, ECE, MCE, AURC; an
+    arrow says which way is better), the held-out ELPD and that set's AUROC, a row per method.
+    One colour and marker per method in every panel; the legend is outside, right. The axes are in
     ``fig.subfigs[0].axes`` (curves) and ``fig.subfigs[1].axes`` (metrics).
     """
     names = list(methods)
@@ -619,6 +582,18 @@ def compared_roc(
         note(ax, f"no method has the {score} score")
 
 
+def metric_panel(metric: Metric, prefix: str = "") -> tuple[str, str, Any]:
+    """The title (label and arrow), axis label (with unit) and value (of a summary; NaN for
+    none) of a metric's panel."""
+
+    def value(summary: dict[str, Any]) -> float:
+        number = summary.get(metric.name)
+        return np.nan if number is None else metric.scale * number
+
+    title = f"{prefix}{metric.label}{ARROWS[metric.higher_is_better]}"
+    return title, f"{metric.label} ({metric.unit})", value
+
+
 def compared_metrics(
     subfig: Any,
     methods: Mapping[str, Sequence[Predictive]],
@@ -632,11 +607,9 @@ def compared_metrics(
         name: [summarise(p.probs, p.labels, p.energy) for p in predictives]
         for name, predictives in methods.items()
     }
-    panels: list[tuple[str, str, Any]] = [
-        (f"ID {id_metric} ↑", f"{id_metric} (%)", lambda s: 100 * s[id_metric]),
-        ("NLL ↓", "NLL (nats)", lambda s: s["nll"]),
-        ("ECE ↓", "ECE (%)", lambda s: 100 * s["ece"]),
-        ("AURC ↓", "AURC (%)", lambda s: 100 * s["aurc"]),
+    panels = [
+        metric_panel(METRICS.get(id_metric, "id_metric"), "ID "),
+        *(metric_panel(metric) for metric in comparison_metrics()),
         ("test ELPD ↑", "held-out ELPD (nats)", lambda s: s["test_elpd"]),
     ]
     if ood_set is not None:

@@ -13,12 +13,21 @@ Conventions used throughout:
 * Selective prediction ranks the examples by confidence max_c p(c | x_n), most confident first,
   ties in input order (:func:`risk_coverage`); keeping the k most confident gives coverage k / N.
 
+Two registries, at the end of the module, describe what every report shows: :data:`METRICS`, one
+:class:`Metric` per key of ``metrics.json`` (its function, whether higher is better, its label,
+its torch-uncertainty name, and where it appears), and :data:`UNCERTAINTY_SCORES`, one
+:class:`Score` per per-example uncertainty score. A new metric is its function and one
+:func:`register_metric` line; the summary, the printed tables, ``compare`` and the figures
+iterate the registry.
+
 Only numpy and scikit-learn are used; every function returns numpy arrays or Python floats.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.metrics import (
@@ -27,6 +36,8 @@ from sklearn.metrics import (
     roc_auc_score,
     roc_curve,
 )
+
+from probtrans.registry import Registry
 
 _PROB_FLOOR = 1e-12  # p(y) is clamped here before taking the log in the NLL
 
@@ -265,11 +276,6 @@ def mutual_information(probs: np.ndarray) -> np.ndarray:
     return np.maximum(predictive_entropy(probs) - expected_entropy(probs), 0.0)
 
 
-def max_probability(mean_probs: np.ndarray) -> np.ndarray:
-    """Top-label confidence max_c p(c | x_n); shape (N,)."""
-    return _check_mean_probs(mean_probs).max(axis=1)
-
-
 def std_true_class(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Spread of the true-class probability over posterior samples; shape (N,).
 
@@ -280,49 +286,41 @@ def std_true_class(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return probs[:, np.arange(labels.size), labels].std(axis=0)
 
 
+def msp(probs: np.ndarray) -> np.ndarray:
+    """1 − max_c p̄(c | x_n), one minus the maximum softmax probability of the posterior
+    predictive (Hendrycks & Gimpel 2017); shape (N,)."""
+    return 1.0 - predictive_mean(probs).max(axis=1)
+
+
+def std_top(probs: np.ndarray) -> np.ndarray:
+    """The standard deviation (ddof = 0) over samples of p_s(ĉ_n | x_n), ĉ_n the class of the
+    posterior predictive p̄(· | x_n); shape (N,)."""
+    probs = _check_probs(probs)
+    top = probs.mean(axis=0).argmax(axis=1)
+    return probs[:, np.arange(probs.shape[1]), top].std(axis=0)
+
+
 # ----------------------------------------------------------------------------- OOD detection
-#: the uncertainty scores of :func:`uncertainty_scores`, each higher for a more uncertain input
-UNCERTAINTY_SCORES = (
-    "msp",
-    "entropy",
-    "expected_entropy",
-    "mutual_information",
-    "std_top",
-    "energy",
-)
-
-
 def uncertainty_scores(
     probs: np.ndarray, energy: np.ndarray | None = None
 ) -> dict[str, np.ndarray]:
-    """Per-example uncertainty scores of posterior-predictive samples ``probs`` (S, N, C), each
-    of shape (N,) and oriented so that higher means more uncertain:
-
-    * ``msp``: 1 − max_c p̄(c | x_n), one minus the maximum softmax probability (Hendrycks &
-      Gimpel 2017);
-    * ``entropy``: H[p̄(· | x_n)], the entropy of the mean prediction (total uncertainty);
-    * ``expected_entropy``: (1/S) Σ_s H[p_s(· | x_n)] (aleatoric);
-    * ``mutual_information``: entropy − expected_entropy (epistemic);
-    * ``std_top``: the standard deviation (ddof = 0) over samples of p_s(ĉ_n | x_n), ĉ_n the
-      class of the mean prediction;
-    * ``energy`` (only when ``energy`` (N,) is given): the free energy −log Σ_c exp f_c(x_n) of
-      the logits f (Liu et al. 2020, temperature 1), averaged over samples by the caller.
+    """Every score of :data:`UNCERTAINTY_SCORES` of posterior-predictive samples ``probs``
+    (S, N, C), in its order, each of shape (N,) and higher for a more uncertain input:
+    ``msp`` (:func:`msp`), ``entropy`` (total uncertainty), ``expected_entropy`` (aleatoric),
+    ``mutual_information`` (epistemic), ``std_top`` (:func:`std_top`) and, only when ``energy``
+    (N,) is given, ``energy``: the free energy −log Σ_c exp f_c(x_n) of the logits f (Liu et al.
+    2020, temperature 1), averaged over samples by the caller.
     """
     probs = _check_probs(probs)
-    mean = probs.mean(axis=0)
-    top = mean.argmax(axis=1)
-    scores = {
-        "msp": 1.0 - mean.max(axis=1),
-        "entropy": predictive_entropy(probs),
-        "expected_entropy": expected_entropy(probs),
-        "mutual_information": mutual_information(probs),
-        "std_top": probs[:, np.arange(probs.shape[1]), top].std(axis=0),
-    }
-    if energy is not None:
-        energy = np.asarray(energy, dtype=np.float64)
-        if energy.shape != (probs.shape[1],):
-            raise ValueError(f"energy must have shape ({probs.shape[1]},), got {energy.shape}")
-        scores["energy"] = energy
+    scores = {}
+    for score in UNCERTAINTY_SCORES.entries():
+        if score.function is not None:
+            scores[score.name] = score.function(probs)
+        elif energy is not None:
+            energy = np.asarray(energy, dtype=np.float64)
+            if energy.shape != (probs.shape[1],):
+                raise ValueError(f"energy must have shape ({probs.shape[1]},), got {energy.shape}")
+            scores[score.name] = energy
     return scores
 
 
@@ -464,35 +462,161 @@ def disagreement(probs: np.ndarray) -> float:
 
 # ----------------------------------------------------------------------------- summaries
 def classification_metrics(
-    probs: np.ndarray, labels: np.ndarray, n_bins: int = 15
+    probs: np.ndarray, labels: np.ndarray, selected: Iterable[Metric] | None = None
 ) -> dict[str, float]:
-    """All in-domain metrics of posterior-predictive samples ``probs`` (S, N, C).
-
-    Keys: accuracy, mcc, nll, brier, ece, aece, mce, ece_all_classes (on the predictive mean),
-    entropy, mutual_information, std_true_class (means over examples), aurc, augrc,
-    cov_at_5_risk (NaN when no coverage has a risk ≤ 5 %), risk_at_80_cov and, when S > 1,
-    disagreement (of the S draws).
+    """The metrics of :data:`METRICS` (or those ``selected``), in their order, of
+    posterior-predictive samples ``probs`` (S, N, C) with ``labels`` (N,). A metric that needs
+    more draws than S (``disagreement`` of one sample) is left out; one without a value is NaN
+    (``cov_at_5_risk`` when no coverage has a risk ≤ 5 %).
     """
     probs = _check_probs(probs)
     labels = _check_labels(labels, probs.shape[1], probs.shape[2])
-    mean_probs = probs.mean(axis=0)
-    scores = {
-        "accuracy": accuracy(mean_probs, labels),
-        "mcc": mcc(mean_probs, labels),
-        "nll": nll(mean_probs, labels),
-        "brier": brier(mean_probs, labels),
-        "ece": ece(mean_probs, labels, n_bins),
-        "aece": adaptive_ece(mean_probs, labels, n_bins),
-        "mce": mce(mean_probs, labels, n_bins),
-        "ece_all_classes": ece_all_classes(mean_probs, labels, n_bins),
-        "entropy": float(predictive_entropy(probs).mean()),
-        "mutual_information": float(mutual_information(probs).mean()),
-        "std_true_class": float(std_true_class(probs, labels).mean()),
-        "aurc": aurc(mean_probs, labels),
-        "augrc": augrc(mean_probs, labels),
-        "cov_at_5_risk": coverage_at_risk(mean_probs, labels, 0.05),
-        "risk_at_80_cov": risk_at_coverage(mean_probs, labels, 0.8),
-    }
-    if probs.shape[0] > 1:
-        scores["disagreement"] = disagreement(probs)
-    return scores
+    chosen = METRICS.entries() if selected is None else selected
+    return {m.name: m.function(probs, labels) for m in chosen if probs.shape[0] >= m.min_draws}
+
+
+# ----------------------------------------------------------------------------- the registries
+#: a metric as :data:`METRICS` calls it: (probs (S, N, C), labels (N,)) → float
+MetricFunction = Callable[[np.ndarray, np.ndarray], float]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Metric:
+    """One metric of posterior-predictive samples: a key of every ``metrics.json``."""
+
+    #: its key in ``metrics.json`` and the tables
+    name: str
+    #: (probs (S, N, C), labels (N,)) → float, NaN for no value; see :func:`of_mean`
+    function: MetricFunction
+    #: True or False; None for a description of the predictive (entropy), neither good nor bad
+    higher_is_better: bool | None
+    #: in words, for figures and printed tables
+    label: str
+    #: how ``compare`` shows it: "%" (a fraction, times 100) or "nats"
+    unit: str = "%"
+    #: its name in torch-uncertainty's ``ClassificationRoutine``, None when it has none
+    torch_uncertainty: str | None = None
+    #: printed by ``fit`` and ``evaluate``
+    headline: bool = False
+    #: also given after temperature scaling, as ``ts_NAME``
+    temperature_scaled: bool = False
+    #: also given for a labelled out-of-domain set (``metrics["ood"][SET][NAME]``)
+    shifted: bool = False
+    #: a column of ``compare``'s table and a panel of its figure
+    compared: bool = False
+    #: the fewest posterior draws it is defined for; with fewer the key is left out
+    min_draws: int = 1
+
+    @property
+    def scale(self) -> float:
+        """The factor ``compare`` shows it with: 100 for "%"."""
+        return 100.0 if self.unit == "%" else 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Score:
+    """One per-example uncertainty score, higher for a more uncertain input; for each, every
+    out-of-domain set gets its AUROC, AUPR and FPR@95 (:func:`ood_report`)."""
+
+    #: its key in ``metrics["ood"][SET]``
+    name: str
+    #: probs (S, N, C) → (N,); None for the free energy, which the caller gives (from logits)
+    function: Callable[[np.ndarray], np.ndarray] | None
+    #: in words, for axis labels
+    label: str
+    #: also a column of the predictions for new inputs (:mod:`probtrans.prediction`)
+    column: bool = False
+
+
+#: the in-domain metrics of ``metrics.json``, in its order
+METRICS: Registry[Metric] = Registry("metric")
+#: every uncertainty score, in the order of ``metrics["ood"][SET]``
+UNCERTAINTY_SCORES: Registry[Score] = Registry("uncertainty score")
+
+
+def register_metric(metric: Metric) -> Metric:
+    """Add ``metric`` after those registered: ``metrics.json``, the tables and the figures that
+    its flags name show it from now on."""
+    return METRICS.register(metric.name, metric)
+
+
+def register_score(score: Score) -> Score:
+    """Add ``score`` after those registered: every out-of-domain report gets it."""
+    return UNCERTAINTY_SCORES.register(score.name, score)
+
+
+def of_mean(function: Callable[[np.ndarray, np.ndarray], float]) -> MetricFunction:
+    """A metric ``function(mean_probs, labels)`` of the posterior predictive p̄ (N, C) as a
+    metric of the samples."""
+
+    def metric(probs: np.ndarray, labels: np.ndarray) -> float:
+        return function(predictive_mean(probs), labels)
+
+    return metric
+
+
+def of_draws(function: Callable[[np.ndarray], np.ndarray | float]) -> MetricFunction:
+    """A per-example score (or a float) of the samples, averaged over examples, as a metric."""
+
+    def metric(probs: np.ndarray, labels: np.ndarray) -> float:
+        return float(np.mean(function(probs)))
+
+    return metric
+
+
+# One registration per metric, in the order of ``metrics.json``: what it is, where it appears.
+# fmt: off
+register_metric(Metric(name="accuracy", function=of_mean(accuracy), higher_is_better=True,
+    label="accuracy", torch_uncertainty="cls/Acc", headline=True, shifted=True))
+register_metric(Metric(name="mcc", function=of_mean(mcc), higher_is_better=True,
+    label="MCC", shifted=True))
+register_metric(Metric(name="nll", function=of_mean(nll), higher_is_better=False,
+    label="NLL", unit="nats", torch_uncertainty="cls/NLL", headline=True,
+    temperature_scaled=True, shifted=True, compared=True))
+register_metric(Metric(name="brier", function=of_mean(brier), higher_is_better=False,
+    label="Brier", torch_uncertainty="cls/Brier", headline=True, temperature_scaled=True,
+    compared=True))
+register_metric(Metric(name="ece", function=of_mean(ece), higher_is_better=False,
+    label="ECE", torch_uncertainty="cal/ECE", headline=True, temperature_scaled=True,
+    shifted=True, compared=True))
+register_metric(Metric(name="aece", function=of_mean(adaptive_ece), higher_is_better=False,
+    label="adaptive ECE", torch_uncertainty="cal/aECE", headline=True, temperature_scaled=True))
+register_metric(Metric(name="mce", function=of_mean(mce), higher_is_better=False,
+    label="MCE", headline=True, temperature_scaled=True, compared=True))
+register_metric(Metric(name="ece_all_classes", function=of_mean(ece_all_classes),
+    higher_is_better=False, label="all-class ECE"))
+register_metric(Metric(name="entropy", function=of_draws(predictive_entropy),
+    higher_is_better=None, label="predictive entropy", unit="nats",
+    torch_uncertainty="cls/Entropy"))
+register_metric(Metric(name="mutual_information", function=of_draws(mutual_information),
+    higher_is_better=None, label="mutual information", unit="nats", torch_uncertainty="ens_MI",
+    headline=True))
+register_metric(Metric(name="std_true_class",
+    function=lambda probs, labels: float(std_true_class(probs, labels).mean()),
+    higher_is_better=None, label="std of true-class probability"))
+register_metric(Metric(name="aurc", function=of_mean(aurc), higher_is_better=False,
+    label="AURC", torch_uncertainty="sc/AURC", headline=True, compared=True))
+register_metric(Metric(name="augrc", function=of_mean(augrc), higher_is_better=False,
+    label="AUGRC", torch_uncertainty="sc/AUGRC", headline=True))
+register_metric(Metric(name="cov_at_5_risk", function=of_mean(coverage_at_risk),
+    higher_is_better=True, label="coverage at 5 % risk", torch_uncertainty="sc/Cov@5Risk",
+    headline=True))
+register_metric(Metric(name="risk_at_80_cov", function=of_mean(risk_at_coverage),
+    higher_is_better=False, label="risk at 80 % coverage", torch_uncertainty="sc/Risk@80Cov",
+    headline=True))
+register_metric(Metric(name="disagreement", function=of_draws(disagreement),
+    higher_is_better=None, label="disagreement of draws", torch_uncertainty="ens_Disagreement",
+    headline=True, min_draws=2))
+
+# One registration per uncertainty score, in the order of ``metrics["ood"][SET]``.
+register_score(Score(name="msp", function=msp, label="1 − max probability"))
+register_score(Score(name="entropy", function=predictive_entropy,
+    label="predictive entropy (nats)", column=True))
+register_score(Score(name="expected_entropy", function=expected_entropy,
+    label="expected entropy (nats)", column=True))
+register_score(Score(name="mutual_information", function=mutual_information,
+    label="mutual information (nats)", column=True))
+register_score(Score(name="std_top", function=std_top, label="std of top-class probability",
+    column=True))
+register_score(Score(name="energy", function=None, label="free energy"))
+# fmt: on

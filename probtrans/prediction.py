@@ -16,26 +16,24 @@
 
 Entropies are in nats (natural logarithms), computed by :mod:`probtrans.metrics`.
 
-:func:`write_predictions` writes the columns as CSV, TSV, JSON Lines or Parquet, or shows them as
-a table (:func:`format_predictions`). The inputs of ``probtrans predict`` are read by
+:func:`write_predictions` writes the columns in a file format with a writer
+(:mod:`probtrans.data.formats`: CSV, TSV, JSON Lines, Parquet), or shows them as a table
+(:func:`format_predictions`). The inputs of ``probtrans predict`` are read by
 :func:`probtrans.data.files.read_inputs`.
 """
 
 from __future__ import annotations
 
-import csv
-import json
 from pathlib import Path
 
 import numpy as np
 
 from probtrans import metrics
+from probtrans.data.formats import find_format, formats, suffixes, table_rows
 from probtrans.errors import ProbtransError
 from probtrans.io import atomic_write
 from probtrans.report import text_table
 
-#: the files :func:`write_predictions` writes
-OUTPUT_FORMATS = (".csv", ".tsv", ".jsonl", ".parquet")
 SHOWN_ROWS = 20  # rows of the table shown on the terminal
 
 
@@ -64,8 +62,9 @@ def prediction_columns(
     scores = metrics.uncertainty_scores(probs)
     columns: dict[str, np.ndarray] = {"predicted": np.array(names, dtype=str)[mean.argmax(1)]}
     columns.update({f"p_{name}": mean[:, c] for c, name in enumerate(names)})
-    for name in ("entropy", "expected_entropy", "mutual_information", "std_top"):
-        columns[name] = scores[name]
+    for score in metrics.UNCERTAINTY_SCORES.entries():
+        if score.column:
+            columns[score.name] = scores[score.name]
     if reference_entropy is not None:
         columns["entropy_percentile"] = entropy_percentile(scores["entropy"], reference_entropy)
     if labels is not None:
@@ -99,57 +98,34 @@ def _label_names(labels: np.ndarray, names: list[str], n_examples: int) -> np.nd
 
 # ----------------------------------------------------------------------------- outputs
 def write_predictions(columns: dict[str, np.ndarray], out: Path | None = None) -> Path | None:
-    """Write ``columns`` to ``out`` by its extension — ``.csv``, ``.tsv`` (tab-separated),
-    ``.jsonl`` (one JSON object per row) or ``.parquet`` (typed columns, through pyarrow) —
-    atomically, with full precision; returns ``out``. Without ``out``, print
-    :func:`format_predictions` to standard output and return None."""
-    rows = _rows(columns)
+    """Write ``columns`` to ``out`` in the format its extension names (a format with a writer:
+    ``.csv``, ``.tsv`` (tab-separated), ``.jsonl`` (one JSON object per row), ``.parquet``
+    (typed columns, through pyarrow), ...) atomically, with full precision; returns ``out``.
+    Without ``out``, print :func:`format_predictions` to standard output and return None."""
+    table_rows(columns)  # checks the columns
     if out is None:
         print(format_predictions(columns))
         return None
     out = Path(out)
-    suffix = out.suffix.lower()
-    if suffix not in OUTPUT_FORMATS:
+    writable = formats(writable=True)
+    fmt = find_format(out, writable)
+    if fmt is None or fmt.write is None:
+        suffix = out.suffix.lower()
         raise ProbtransError(
             f"{out}: unknown extension {suffix or '(none)'!r}; predictions are written as "
-            f"{', '.join(OUTPUT_FORMATS)}"
+            f"{suffixes(writable)}"
         )
-    names = list(columns)
-
-    def write(tmp: Path) -> None:
-        if suffix == ".parquet":
-            _write_parquet(columns, tmp)
-            return
-        with open(tmp, "w", newline="", encoding="utf-8") as fh:
-            if suffix == ".jsonl":
-                for row in rows:
-                    fh.write(json.dumps(dict(zip(names, row, strict=True))) + "\n")
-                return
-            writer = csv.writer(
-                fh, delimiter="," if suffix == ".csv" else "\t", lineterminator="\n"
-            )
-            writer.writerow(names)
-            writer.writerows(rows)
-
+    write = fmt.write
     try:
-        return atomic_write(out, write)
+        return atomic_write(out, lambda tmp: write(columns, tmp))
     except OSError as err:
         raise ProbtransError(f"{out}: cannot be written ({err.strerror or err})") from None
-
-
-def _write_parquet(columns: dict[str, np.ndarray], path: Path) -> None:
-    """``columns`` as one Parquet table: strings, float64 and integers as they are."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    table = pa.table({name: pa.array(np.asarray(values)) for name, values in columns.items()})
-    pq.write_table(table, path)
 
 
 def format_predictions(columns: dict[str, np.ndarray], max_rows: int = SHOWN_ROWS) -> str:
     """A text table of ``columns``: numbers with 4 decimals, right-aligned; at most the first
     ``max_rows`` rows, then a line saying how many more there are."""
-    rows = _rows(columns)
+    rows = table_rows(columns)
     shown = [
         [f"{value:.4f}" if isinstance(value, float) else str(value) for value in row]
         for row in rows[:max_rows]
@@ -160,15 +136,3 @@ def format_predictions(columns: dict[str, np.ndarray], max_rows: int = SHOWN_ROW
     if more:
         lines.append(f"… and {more} more row{'s' * (more > 1)} (of {len(rows)})")
     return "\n".join(lines)
-
-
-def _rows(columns: dict[str, np.ndarray]) -> list[list]:
-    """The rows of ``columns`` as Python values (float, int, str)."""
-    if not columns:
-        raise ValueError("no columns to write")
-    arrays = {name: np.asarray(values) for name, values in columns.items()}
-    lengths = {name: a.shape for name, a in arrays.items()}
-    n = len(next(iter(arrays.values())))
-    if any(a.ndim != 1 or len(a) != n for a in arrays.values()):
-        raise ValueError(f"columns must be 1-D of one length, got shapes {lengths}")
-    return [list(row) for row in zip(*(a.tolist() for a in arrays.values()), strict=True)]

@@ -2,13 +2,16 @@
 
 The registries live next to what they register: attention kinds
 (:data:`probtrans.attention.ATTENTION`), weight guides (:data:`probtrans.guides.GUIDES`),
-inducing-variable guides (:data:`probtrans.gp.guides.INDUCING_GUIDES`) and data sources
-(:data:`probtrans.data.sources.DATA_SOURCES`). A spec holds only the name;
+inducing-variable guides (:data:`probtrans.gp.guides.INDUCING_GUIDES`), data sources
+(:data:`probtrans.data.sources.DATA_SOURCES`), metrics (:data:`probtrans.metrics.METRICS`) and
+uncertainty scores (:data:`probtrans.metrics.UNCERTAINTY_SCORES`). A spec holds only the name;
 :mod:`probtrans.resolve` checks every name of a spec against its registry.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 from probtrans.errors import ConfigError
@@ -39,4 +42,26 @@ class Registry(Generic[T]):
         return self._entries[name]
 
     def names(self) -> list[str]:
+        """The names, sorted (for messages and the schema's choices)."""
         return sorted(self._entries)
+
+    def entries(self) -> list[T]:
+        """The entries in the order they were registered."""
+        return list(self._entries.values())
+
+    def __iter__(self) -> Iterator[str]:
+        """The names in the order they were registered."""
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @contextmanager
+    def restored(self) -> Iterator[None]:
+        """A ``with`` block after which the registry holds again what it held before: what a
+        plugin's test registers inside it is forgotten."""
+        saved = dict(self._entries)
+        try:
+            yield
+        finally:
+            self._entries = saved

@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from probtrans.metrics import UNCERTAINTY_SCORES
+from probtrans.metrics import METRICS, UNCERTAINTY_SCORES
 
 #: how to read :func:`format_ood_table` (two lines, under 100 columns)
 OOD_NOTE = (
@@ -19,7 +19,7 @@ OOD_NOTE = (
 def format_ood_table(ood: dict[str, dict]) -> str:
     """The out-of-domain detection of ``metrics["ood"]`` as a text table: one row per set and
     measure (AUROC, AUPR, FPR@95), one column per uncertainty score, and a line per labelled
-    set with its accuracy, NLL and ECE."""
+    set with its metrics (those of :data:`probtrans.metrics.METRICS` marked ``shifted``)."""
     scores = [s for s in UNCERTAINTY_SCORES if any(s in report for report in ood.values())]
     rows = [["set", "measure", *scores]]
     shifted = []
@@ -27,11 +27,10 @@ def format_ood_table(ood: dict[str, dict]) -> str:
         for measure in ("auroc", "aupr", "fpr95"):
             cells = [f"{report[s][measure]:.4f}" if s in report else "–" for s in scores]
             rows.append([set_name, measure, *cells])
-        if "accuracy" in report:
-            shifted.append(
-                f"{set_name} (labelled, n = {report['n']}): accuracy {report['accuracy']:.4f}, "
-                f"NLL {report['nll']:.4f}, ECE {report['ece']:.4f}"
-            )
+        labelled = [m for m in METRICS.entries() if m.shifted and m.name in report]
+        if labelled:
+            values = ", ".join(f"{m.label} {_cell(report[m.name])}" for m in labelled)
+            shifted.append(f"{set_name} (labelled, n = {report['n']}): {values}")
     return "\n".join([text_table(rows, [False, False] + [True] * len(scores)), *shifted])
 
 

@@ -1,25 +1,28 @@
 """The metrics of one posterior predictive: one row of a run's ``metrics.json`` or of a
 comparison table.
 
-In-domain metrics are computed on the test split. Each named out-of-domain set (split
-``ood:NAME``) gets ``metrics["ood"][NAME]``: its size ``n`` and, for every uncertainty score of
-:data:`probtrans.metrics.UNCERTAINTY_SCORES` (higher = more uncertain), how well it separates the
-set from the in-domain test split — ``metrics["ood"][NAME][SCORE]`` holds ``auroc``, ``aupr``
-(out-of-domain positive) and ``fpr95`` (in-domain positive, at 95 % in-domain recall), see
-:func:`probtrans.metrics.ood_detection`. A set whose rows all carry classes of the task (CR
-sentiment for an IMDB model, CoLA's out-of-domain sentences, corrupted digits) also gets its
-``accuracy``, ``mcc``, ``nll`` and ``ece``, as the H-STO paper reports for CR and CoLA. ``ts_*``
-are the in-domain metrics after temperature scaling fitted on the validation split
-(:mod:`probtrans.calibration`). A metric without a value (``cov_at_5_risk`` when no coverage has
-a selective risk ≤ 5 %) is ``None``, ``null`` in ``metrics.json``.
+In-domain metrics, every :class:`probtrans.metrics.Metric` of
+:data:`probtrans.metrics.METRICS` in its order, are computed on the test split. Each named
+out-of-domain set (split ``ood:NAME``) gets ``metrics["ood"][NAME]``: its size ``n`` and, for
+every uncertainty score of :data:`probtrans.metrics.UNCERTAINTY_SCORES` (higher = more
+uncertain), how well it separates the set from the in-domain test split —
+``metrics["ood"][NAME][SCORE]`` holds ``auroc``, ``aupr`` (out-of-domain positive) and ``fpr95``
+(in-domain positive, at 95 % in-domain recall), see :func:`probtrans.metrics.ood_detection`. A
+set whose rows all carry classes of the task (CR sentiment for an IMDB model, CoLA's
+out-of-domain sentences, corrupted digits) also gets the metrics marked ``shifted``
+(``accuracy``, ``mcc``, ``nll`` and ``ece``), as the H-STO paper reports for CR and CoLA.
+``ts_*`` are the metrics marked ``temperature_scaled`` after temperature scaling fitted on the
+validation split (:mod:`probtrans.calibration`). A metric without a value (``cov_at_5_risk``
+when no coverage has a selective risk ≤ 5 %) is ``None``, ``null`` in ``metrics.json``.
 
 ``metrics["torch_uncertainty"]`` repeats the metrics under the names torch-uncertainty's
 ``ClassificationRoutine`` logs (its ``results.csv`` columns), so that runs of both can be put
-side by side. :data:`TORCH_UNCERTAINTY_NAMES` maps our key to their metric name, prefixed with
+side by side. Each metric's ``torch_uncertainty`` field gives its name there, prefixed with
 ``test/`` for the in-domain metrics, ``test/post/`` for the temperature-scaled ones (a
-post-processing there) and ``shift/NAME/`` for a labelled out-of-domain set NAME;
-:data:`TORCH_UNCERTAINTY_OOD` gives ``ood/NAME/AUROC`` and ``ood/NAME/AUPR`` of every set, with
-the score ``msp`` (their default ``ood_criterion``; both with out-of-domain positive, as ours):
+post-processing there) and ``shift/NAME/`` for a labelled out-of-domain set NAME, grouped as
+:data:`TORCH_UNCERTAINTY_GROUPS`; :data:`TORCH_UNCERTAINTY_OOD` gives ``ood/NAME/AUROC`` and
+``ood/NAME/AUPR`` of every set, with the score ``msp`` (their default ``ood_criterion``; both
+with out-of-domain positive, as ours):
 
 ============  =================  ======================  ====================
 ours          torch-uncertainty  ours                    torch-uncertainty
@@ -44,6 +47,7 @@ at 95 % in-domain recall), torch-uncertainty's ``FPR95`` the out-of-domain ones.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, TypeVar
 
 import numpy as np
@@ -53,25 +57,9 @@ from probtrans import calibration, elpd, metrics
 #: the in-domain splits a run is evaluated on; each out-of-domain set NAME is the split ood:NAME
 SPLITS = ("val", "test")
 OOD_PREFIX = "ood:"
-#: the metrics of a labelled out-of-domain set
-SHIFTED_METRICS = ("accuracy", "mcc", "nll", "ece")
-#: the in-domain metrics also given after temperature scaling (``ts_*``)
-TEMPERATURE_SCALED = ("nll", "brier", "ece", "aece", "mce")
-#: our metric → its name in torch-uncertainty (``ClassificationRoutine``); see the module docstring
-TORCH_UNCERTAINTY_NAMES = {
-    "accuracy": "cls/Acc",
-    "nll": "cls/NLL",
-    "brier": "cls/Brier",
-    "entropy": "cls/Entropy",
-    "ece": "cal/ECE",
-    "aece": "cal/aECE",
-    "aurc": "sc/AURC",
-    "augrc": "sc/AUGRC",
-    "cov_at_5_risk": "sc/Cov@5Risk",
-    "risk_at_80_cov": "sc/Risk@80Cov",
-    "mutual_information": "ens_MI",
-    "disagreement": "ens_Disagreement",
-}
+#: the order of ``metrics["torch_uncertainty"]``: by torch-uncertainty's metric group
+#: (classification, calibration, selective classification, ensemble), in each the order of METRICS
+TORCH_UNCERTAINTY_GROUPS = ("cls", "cal", "sc", "ens")
 #: out-of-domain detection: our measure → torch-uncertainty's, of the score ``OOD_SCORE``
 TORCH_UNCERTAINTY_OOD = {"auroc": "AUROC", "aupr": "AUPR"}
 OOD_SCORE = "msp"
@@ -96,6 +84,30 @@ def has_class_labels(labels: np.ndarray, n_classes: int) -> bool:
     return len(labels) > 0 and int(labels.min()) >= 0 and int(labels.max()) < n_classes
 
 
+def headline() -> list[str]:
+    """The keys ``fit`` and ``evaluate`` print: the metrics marked ``headline``, then the held-out
+    ELPD."""
+    return [m.name for m in metrics.METRICS.entries() if m.headline] + ["test_elpd"]
+
+
+def comparison_metrics() -> list[metrics.Metric]:
+    """The metrics marked ``compared``: the columns of ``compare``'s table and the panels of its
+    figure."""
+    return [m for m in metrics.METRICS.entries() if m.compared]
+
+
+def torch_uncertainty_metrics() -> list[metrics.Metric]:
+    """The metrics that have a torch-uncertainty name, in the order of
+    :data:`TORCH_UNCERTAINTY_GROUPS` (a group it does not list last)."""
+
+    def group(metric: metrics.Metric) -> int:
+        prefix = re.split("[/_]", metric.torch_uncertainty or "", maxsplit=1)[0]
+        groups = TORCH_UNCERTAINTY_GROUPS
+        return groups.index(prefix) if prefix in groups else len(groups)
+
+    return sorted((m for m in metrics.METRICS.entries() if m.torch_uncertainty), key=group)
+
+
 def summarise(
     probs: dict[str, np.ndarray],
     labels: dict[str, np.ndarray],
@@ -112,9 +124,10 @@ def summarise(
     temperature = calibration.fit_temperature(probs["val"], labels["val"])
     scores["temperature"] = temperature
     tempered = calibration.temperature_scaled(probs["test"], temperature)
-    for key, value in metrics.classification_metrics(tempered, labels["test"]).items():
-        if key in TEMPERATURE_SCALED:
-            scores[f"ts_{key}"] = value
+    scaled = [m for m in metrics.METRICS.entries() if m.temperature_scaled]
+    for key, value in metrics.classification_metrics(tempered, labels["test"], scaled).items():
+        scores[f"ts_{key}"] = value
+    shifted = [m for m in metrics.METRICS.entries() if m.shifted]
     energy = energy or {}
     scores["ood"] = {}
     for name, probs_out in ood_sets(probs).items():
@@ -125,9 +138,7 @@ def summarise(
                 metrics.ood_report(probs["test"], probs_out, energy.get("test"), energy.get(split))
             )
         if has_class_labels(labels[split], n_classes):
-            mean = metrics.predictive_mean(probs_out)
-            for key in SHIFTED_METRICS:
-                report[key] = getattr(metrics, key)(mean, labels[split])
+            report.update(metrics.classification_metrics(probs_out, labels[split], shifted))
         scores["ood"][name] = report
     scores = {key: None if _missing(value) else value for key, value in scores.items()}
     scores["torch_uncertainty"] = torch_uncertainty_names(scores)
@@ -140,18 +151,19 @@ def _missing(value: Any) -> bool:
 
 def torch_uncertainty_names(scores: dict[str, Any]) -> dict[str, float | None]:
     """The metrics of one predictive (a :func:`summarise` dict) under torch-uncertainty's names
-    (module docstring), in the order of :data:`TORCH_UNCERTAINTY_NAMES`; a metric ``scores``
+    (module docstring), in the order of :func:`torch_uncertainty_metrics`; a metric ``scores``
     does not hold (``disagreement`` of one sample, a set without labels) is left out."""
+    named = torch_uncertainty_metrics()
     names: dict[str, Any] = {}
     for prefix, pick in (("test/", ""), ("test/post/", "ts_")):
-        for key, name in TORCH_UNCERTAINTY_NAMES.items():
-            if pick + key in scores:
-                names[prefix + name] = scores[pick + key]
+        for metric in named:
+            if pick + metric.name in scores:
+                names[f"{prefix}{metric.torch_uncertainty}"] = scores[pick + metric.name]
     for set_name, report in scores.get("ood", {}).items():
         for key, name in TORCH_UNCERTAINTY_OOD.items():
             if OOD_SCORE in report:
                 names[f"ood/{set_name}/{name}"] = report[OOD_SCORE][key]
-        for key in SHIFTED_METRICS:
-            if key in report and key in TORCH_UNCERTAINTY_NAMES:
-                names[f"shift/{set_name}/{TORCH_UNCERTAINTY_NAMES[key]}"] = report[key]
+        for metric in named:
+            if metric.shifted and metric.name in report:
+                names[f"shift/{set_name}/{metric.torch_uncertainty}"] = report[metric.name]
     return names

@@ -38,7 +38,9 @@ def run_probs() -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
 
 
 def legend(ax) -> list[str]:
-    return figures.legend_entries(ax)
+    """The texts of the legend of ``ax`` (none without one)."""
+    shown = ax.get_legend()
+    return [] if shown is None else [text.get_text() for text in shown.get_texts()]
 
 
 def test_reliability_histogram_counts_the_examples_of_each_bin(run_probs):
@@ -195,17 +197,9 @@ def test_read_history_of_a_folder_without_one(tmp_path):
     assert figures.read_history(tmp_path / "history.json") == []
 
 
-def test_run_title_says_what_the_guide_means():
-    title = figures.run_title("digits", "h_sto", "delta", 10)
+def test_run_title_says_what_the_run_is():
+    title = figures.run_title("digits", "h_sto", "MAP (point mass)", 10)
     assert title == "digits · h_sto attention · guide: MAP (point mass) · S = 10 posterior samples"
-    assert "maximum likelihood" in figures.run_title("cola", "softmax", "delta", 1, "none")
-    assert "mean-field normal on the last layer" in figures.run_title(
-        "cola", "softmax", "normal", 1, "last_layer"
-    )
-    sgpa = figures.run_title("imdb", "sgpa", "delta", 5, "none", inducing="cholesky")
-    assert "inducing variables: cholesky" in sgpa
-    assert "inducing" not in figures.run_title("imdb", "h_sto", "delta", 5, inducing="cholesky")
-    assert "my guide" in figures.run_title("imdb", "h_sto", "my guide", 5)
 
 
 @dataclass
@@ -250,11 +244,14 @@ def test_comparison_figure_overlays_every_method_at_a_fixed_size(tmp_path, n_met
     assert [a.get_title() for a in scores.axes] == [
         "ID accuracy ↑",
         "NLL ↓",
+        "Brier ↓",
         "ECE ↓",
+        "MCE ↓",
         "AURC ↓",
         "test ELPD ↑",
         "far AUROC by entropy ↑",
     ]
+    assert [a.get_xlabel() for a in scores.axes[1:3]] == ["NLL (nats)", "Brier (%)"]
     assert all(a.get_xlabel() for a in scores.axes)
     nll_ax = scores.axes[1]
     for i, predictives in enumerate(compared.values()):  # mean ± std over seeds
@@ -279,4 +276,4 @@ def test_comparison_figure_without_ood_sets():
     fig = figures.comparison_figure("no ood", compared)
     curves, scores = fig.subfigs
     assert curves.axes[2].get_title() == "OOD detection: no out-of-domain sets"
-    assert len(scores.axes) == 5  # no AUROC panel
+    assert len(scores.axes) == 7  # no AUROC panel

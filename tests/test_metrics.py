@@ -165,8 +165,9 @@ def test_entropy_and_mutual_information_two_sample_hand_example():
     )
 
 
-def test_max_probability():
-    np.testing.assert_allclose(metrics.max_probability(HAND_PROBS), [0.9, 0.7, 0.65, 0.5, 0.45, 1])
+def test_msp():
+    expected = [0.1, 0.3, 0.35, 0.5, 0.55, 0.0]
+    np.testing.assert_allclose(metrics.msp(HAND_PROBS[None]), expected, atol=1e-12)
 
 
 def test_std_true_class_hand_example():
@@ -233,7 +234,7 @@ def test_uncertainty_scores_against_their_definitions(random_predictions):
     probs, _ = random_predictions
     energy = np.random.default_rng(3).normal(size=200)
     scores = metrics.uncertainty_scores(probs, energy)
-    assert tuple(scores) == metrics.UNCERTAINTY_SCORES
+    assert list(scores) == list(metrics.UNCERTAINTY_SCORES)
     mean = probs.mean(0)
     top = mean.argmax(1)
     np.testing.assert_allclose(scores["msp"], 1 - mean.max(1))
@@ -259,7 +260,7 @@ def test_every_score_agrees_with_sklearn_and_shares_the_orientation():
     probs_in /= probs_in.sum(-1, keepdims=True)
     energy_in, energy_out = rng.normal(-8, 1, n_in), rng.normal(-2, 1, n_out)
     report = metrics.ood_report(probs_in, probs_out, energy_in, energy_out)
-    assert tuple(report) == metrics.UNCERTAINTY_SCORES
+    assert list(report) == list(metrics.UNCERTAINTY_SCORES)
     scores_in = metrics.uncertainty_scores(probs_in, energy_in)
     scores_out = metrics.uncertainty_scores(probs_out, energy_out)
     is_ood = np.r_[np.zeros(n_in), np.ones(n_out)]
@@ -445,6 +446,38 @@ def test_classification_metrics_keys_and_values(random_predictions):
     assert result["risk_at_80_cov"] == pytest.approx(metrics.risk_at_coverage(mean, labels, 0.8))
     assert result["disagreement"] == pytest.approx(metrics.disagreement(probs))
     assert "disagreement" not in metrics.classification_metrics(probs[:1], labels)  # S = 1
+    chosen = [metrics.METRICS.get("nll", "test"), metrics.METRICS.get("accuracy", "test")]
+    assert metrics.classification_metrics(probs, labels, chosen) == {
+        "nll": result["nll"],
+        "accuracy": result["accuracy"],
+    }
+
+
+def test_every_metric_is_described():
+    """Each descriptor says which way is better where that has a meaning, has a label and a
+    unit compare can show, and a distinct torch-uncertainty name."""
+    described = metrics.METRICS.entries()
+    assert [m.name for m in described] == list(metrics.METRICS)
+    assert all(m.label and m.unit in ("%", "nats") for m in described)
+    assert all(m.higher_is_better is not None for m in described if m.compared)  # arrows
+    names = [m.torch_uncertainty for m in described if m.torch_uncertainty]
+    assert len(set(names)) == len(names)
+    assert [m.name for m in described if m.min_draws > 1] == ["disagreement"]
+    assert [s.name for s in metrics.UNCERTAINTY_SCORES.entries() if s.function is None] == [
+        "energy"
+    ]
+
+
+def test_a_registry_forgets_what_was_registered_inside_restored():
+    extra = metrics.Metric(
+        name="extra", function=metrics.of_mean(metrics.accuracy), higher_is_better=True, label="x"
+    )
+    with metrics.METRICS.restored():
+        metrics.register_metric(extra)
+        assert list(metrics.METRICS)[-1] == "extra"
+        with pytest.raises(ValueError, match="already registered"):
+            metrics.register_metric(extra)
+    assert "extra" not in metrics.METRICS
 
 
 def test_bad_shapes_raise():

@@ -24,6 +24,7 @@ def test_format_ood_table_has_every_set_score_and_measure(run_probs):
     probs_in, labels_in, probs_out = run_probs
     ood = {name: metrics.ood_report(probs_in, p) for name, p in probs_out.items()}
     ood["flat"]["accuracy"], ood["flat"]["nll"], ood["flat"]["ece"] = 0.5, 1.25, 0.125
+    ood["flat"]["mcc"] = float("nan")
     ood["flat"]["n"] = 40
     lines = report.format_ood_table(ood).splitlines()
     header = lines[0].split()
@@ -33,7 +34,8 @@ def test_format_ood_table_has_every_set_score_and_measure(run_probs):
         for measure in ("auroc", "aupr", "fpr95"):
             expected = [f"{ood[name][s][measure]:.4f}" for s in header[2:]]
             assert rows[name, measure] == expected
-    assert lines[-1] == "flat (labelled, n = 40): accuracy 0.5000, NLL 1.2500, ECE 0.1250"
+    shifted = "accuracy 0.5000, MCC –, NLL 1.2500, ECE 0.1250"  # the shifted metrics, in order
+    assert lines[-1] == f"flat (labelled, n = 40): {shifted}"
 
 
 def test_format_table_contains_every_key():

@@ -8,7 +8,6 @@ import json
 import numpy as np
 
 from probtrans import metrics, report, summary
-from probtrans.cli import HEADLINE
 
 
 def predictive(samples: int = 6, seed: int = 0) -> tuple[dict, dict]:
@@ -22,25 +21,59 @@ def predictive(samples: int = 6, seed: int = 0) -> tuple[dict, dict]:
     return probs, labels
 
 
+def torch_uncertainty_names() -> dict[str, str]:
+    """Our key → torch-uncertainty's name, of every metric that has one."""
+    return {m.name: m.torch_uncertainty for m in summary.torch_uncertainty_metrics()}
+
+
 def test_the_alias_mapping_names_only_keys_that_exist():
     probs, labels = predictive()
     keys = metrics.classification_metrics(probs["test"], labels["test"])
-    assert set(summary.TORCH_UNCERTAINTY_NAMES) <= set(keys)
-    assert set(summary.TEMPERATURE_SCALED) <= set(keys)
+    assert set(torch_uncertainty_names()) <= set(keys)
     assert summary.OOD_SCORE in metrics.UNCERTAINTY_SCORES
     assert set(summary.TORCH_UNCERTAINTY_OOD) <= {"auroc", "aupr", "fpr95"}
-    names = list(summary.TORCH_UNCERTAINTY_NAMES.values())
+    names = list(torch_uncertainty_names().values())
     assert len(set(names)) == len(names)
+
+
+def test_the_docstring_table_of_torch_uncertainty_names_is_the_registry():
+    """The table of summary's docstring pairs exactly the registered torch-uncertainty names."""
+    lines = summary.__doc__.splitlines()
+    rules = [i for i, line in enumerate(lines) if line.startswith("====")]
+    body = lines[rules[1] + 1 : rules[2]]  # between the rule under the header and the last
+    cells = [cell.strip("`") for line in body for cell in line.split()]
+    documented = dict(zip(cells[0::2], cells[1::2], strict=True))
+    assert documented == torch_uncertainty_names()
+
+
+def test_torch_uncertainty_names_are_grouped_in_metrics_json():
+    """metrics.json keeps the order it had: by group (cls, cal, sc, ens), then as METRICS."""
+    assert list(torch_uncertainty_names().values()) == [
+        "cls/Acc",
+        "cls/NLL",
+        "cls/Brier",
+        "cls/Entropy",
+        "cal/ECE",
+        "cal/aECE",
+        "sc/AURC",
+        "sc/AUGRC",
+        "sc/Cov@5Risk",
+        "sc/Risk@80Cov",
+        "ens_MI",
+        "ens_Disagreement",
+    ]
 
 
 def test_summarise_repeats_the_metrics_under_torch_uncertainty_names():
     probs, labels = predictive()
     scores = summary.summarise(probs, labels)
     block = scores["torch_uncertainty"]
-    for key, name in summary.TORCH_UNCERTAINTY_NAMES.items():
+    for key, name in torch_uncertainty_names().items():
         assert block[f"test/{name}"] == scores[key], key
-    for key in summary.TEMPERATURE_SCALED:
-        name = summary.TORCH_UNCERTAINTY_NAMES.get(key)
+    scaled = [m.name for m in metrics.METRICS.entries() if m.temperature_scaled]
+    assert [k for k in scores if k.startswith("ts_")] == [f"ts_{k}" for k in scaled]
+    for key in scaled:
+        name = torch_uncertainty_names().get(key)
         assert name is None or block[f"test/post/{name}"] == scores[f"ts_{key}"]
     assert "test/post/cls/Acc" not in block  # temperature scaling has no accuracy of its own
     for set_name in ("noise", "shifted"):
@@ -79,10 +112,10 @@ def run_metrics() -> dict:
 
 def test_run_table_shows_every_predictive_and_headline_metric_in_100_columns():
     scores = run_metrics()
-    lines = report.format_run_table(scores, HEADLINE).splitlines()
+    lines = report.format_run_table(scores, summary.headline()).splitlines()
     assert lines[0].split() == ["metric", "plain", "temperature-scaled", "laplace", "mc_dropout"]
     rows = {line.split()[0]: line.split()[1:] for line in lines[1:-1]}
-    assert list(rows) == list(HEADLINE)
+    assert list(rows) == summary.headline()
     assert rows["aece"] == [f"{scores[k]:.4f}" for k in ("aece", "ts_aece")] + [
         f"{scores[f'{v}.aece']:.4f}" for v in ("laplace", "mc_dropout")
     ]
@@ -101,4 +134,5 @@ def test_run_table_leaves_out_keys_no_predictive_has():
 
 def test_headline_keys_are_metrics_json_keys():
     probs, labels = predictive()
-    assert set(HEADLINE) <= set(summary.summarise(probs, labels))
+    assert set(summary.headline()) <= set(summary.summarise(probs, labels))
+    assert summary.headline()[-1] == "test_elpd"
