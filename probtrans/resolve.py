@@ -13,7 +13,8 @@ import functools
 import os
 from pathlib import Path
 
-from probtrans.data.sources import DATA_SOURCES
+from probtrans.data.sources import DATA_SOURCES, is_image
+from probtrans.errors import ConfigError
 from probtrans.gp.guides import INDUCING_GUIDES
 from probtrans.guides import GUIDES
 from probtrans.registry import Registry
@@ -39,7 +40,18 @@ def load_model_spec(path: str | os.PathLike[str], text: str | None = None) -> Mo
     and check its names."""
     spec = read_model_spec(path, text)
     check_names(spec)
+    check_positions(spec)
     return spec
+
+
+def check_positions(spec: ModelSpec) -> None:
+    """Raise ConfigError naming the file when the tokens of a text (``data.max_len``) exceed
+    the network's positions; images (patches) are not checked."""
+    if not is_image(spec.data) and spec.data.max_len > spec.network.max_positions:
+        raise ConfigError(
+            f"{spec.file}: data.max_len = {spec.data.max_len}: must be at most "
+            f"model.max_positions = {spec.network.max_positions}"
+        )
 
 
 def load_inference_spec(path: str | os.PathLike[str], text: str | None = None) -> InferenceSpec:

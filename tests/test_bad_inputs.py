@@ -780,7 +780,7 @@ def malformed_cola(name: str, content: bytes, *names: str, command: str = "descr
 
 malformed_cola("label not an integer", cola_rows(3) + b"src\tx\t\ta sentence\n", "{path}:4")
 malformed_cola("label out of range", b"src\t5\t\ta sentence\n" + cola_rows(3), "{path}:1")
-malformed_cola("missing text column", cola_rows(2) + b"src\t1\n", "{path}:3", "missing text")
+malformed_cola("missing text column", cola_rows(2) + b"src\t1\n", "{path}:3", "'sentence' is")
 malformed_cola("bytes not UTF-8", cola_rows(2) + b"src\t1\t\tcaf\xe9\n", "{path}:3", "UTF-8")
 malformed_cola("empty file", b"", "{path}", "no rows")
 malformed_cola("many bad rows", b"src\tx\t\ta\n" * 9, "{path}:1", "more malformed rows")
@@ -816,7 +816,7 @@ def _(w: Workspace) -> Expect:
         }
     )
     path = root / "cr/tsv/test.tsv"
-    return Expect(["describe", str(w.text_model("imdb"))], (f"{path}:1", "'text'"))
+    return Expect(["describe", str(w.text_model("imdb"))], (f"{path}: no text column 'text'",))
 
 
 # ====================================================================== caches

@@ -16,7 +16,6 @@ from probtrans.data.corruptions import (
     SHOT_NOISE_RATE,
     TRANSLATE_DISTANCE,
     corrupt,
-    corrupted_splits,
     parse_corruption,
 )
 from probtrans.data.digits import digit_images
@@ -174,17 +173,6 @@ def test_translate_moves_the_centre_of_mass_by_the_distance(digits) -> None:
         np.testing.assert_allclose(moved, distance, atol=1e-9)
 
 
-def test_corrupted_splits_names_every_set(digits) -> None:
-    images, labels = digits[0][:40], digits[1][:40]
-    sets = corrupted_splits(images, labels, seed=3)
-    assert set(sets) == {f"{n}-{s}" for n in CORRUPTIONS for s in SEVERITIES}
-    x, y = sets["gaussian_noise-3"]
-    np.testing.assert_array_equal(x, corrupt(images, "gaussian_noise", 3, seed=3))
-    np.testing.assert_array_equal(y, labels)
-    some = corrupted_splits(images, labels, names=["contrast", "pixelate"], severities=[1, 5])
-    assert sorted(some) == ["contrast-1", "contrast-5", "pixelate-1", "pixelate-5"]
-
-
 def test_parse_corruption_reads_every_name_and_severity() -> None:
     for name in CORRUPTIONS:
         for severity in SEVERITIES:
@@ -224,14 +212,12 @@ def test_severity_outside_one_to_five_is_refused(digits, severity) -> None:
 
 
 def test_bad_images_and_arguments_are_refused(digits) -> None:
-    images, labels = digits
+    images, _ = digits
     with pytest.raises(ProbtransError, match="images: shape"):
         corrupt(images.reshape(len(images), 64), "contrast", 1)
     with pytest.raises(ProbtransError, match=r"images: values must lie in \[0, 1\]"):
         corrupt(images[:2] * 16, "contrast", 1)
     with pytest.raises(ProbtransError, match="severity = 0"):
-        corrupted_splits(images[:2], labels[:2], severities=[0])
+        corrupt(images[:2], "contrast", 0)
     with pytest.raises(ProbtransError, match="'fog'"):
-        corrupted_splits(images[:2], labels[:2], names=["fog"])
-    with pytest.raises(ProbtransError, match="labels: 3 labels for 2 images"):
-        corrupted_splits(images[:2], labels[:3])
+        corrupt(images[:2], "fog", 1)

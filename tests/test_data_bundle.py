@@ -44,12 +44,8 @@ def test_unlabelled_split_has_no_labels_and_a_mask_for_token_ids():
     split = DataSplit.unlabelled(ids)
     assert split.labels.tolist() == [NO_LABEL, NO_LABEL] == [-1, -1]
     assert split.mask.tolist() == [[True, True, False], [True, False, False]]
-    assert not split.has_labels
     image_split = DataSplit.unlabelled(torch.zeros(2, 1, 4, 4))
-    assert image_split.mask is None and not image_split.has_labels
-    assert DataSplit(ids, torch.tensor([0, 1]), ids != 0).has_labels
-    assert not DataSplit(ids, torch.tensor([0, -1]), ids != 0).has_labels  # partly labelled
-    assert not DataSplit(ids[:0], torch.tensor([], dtype=torch.long)).has_labels  # empty
+    assert image_split.mask is None and image_split.labels.tolist() == [NO_LABEL, NO_LABEL]
     (_, inputs, mask, labels), *_ = split.batches(8)
     assert inputs.shape == (2, 2) and labels.tolist() == [-1, -1] and mask.shape == (2, 2)
 
@@ -89,7 +85,7 @@ def test_from_tensors_given_splits_are_kept_and_ood_alone_has_no_labels():
     assert sizes(bundle) == {"train": 30, "val": 6, "test": 9, "ood": 4}
     assert bundle.image_shape == (2, 5, 5) and bundle.class_names == ["a", "b", "c"]
     assert torch.equal(bundle.train.inputs, xt) and torch.equal(bundle.test.labels, yt[:9])
-    assert bundle.ood["ood"].labels.tolist() == [-1] * 4 and not bundle.ood["ood"].has_labels
+    assert bundle.ood["ood"].labels.tolist() == [-1] * 4
     assert bundle.description["split_off_train"] == []
     labelled_ood = DataBundle.from_tensors((x, y), ood=(x[:3], [2, -1, 0]))
     assert labelled_ood.ood["ood"].labels.tolist() == [2, -1, 0]

@@ -22,8 +22,6 @@ from PIL import Image
 
 from probtrans.data.files import (
     HF_PREFIX,
-    IMAGE_FORMATS,
-    TABLE_FORMATS,
     Rows,
     Source,
     parse_source,
@@ -31,6 +29,7 @@ from probtrans.data.files import (
     read_inputs,
     read_texts,
 )
+from probtrans.data.formats import formats, suffixes
 from probtrans.errors import ProbtransError
 
 TEXTS = ["A fine film, truly.", 'He said "no".', "Ünïcode ✓"]
@@ -275,7 +274,8 @@ def test_file_errors(tmp_path, name, content, message):
 def test_missing_file_and_formats(tmp_path):
     assert _error(_texts, tmp_path / "none.csv") == f"{tmp_path / 'none.csv'}: no such file"
     assert "read as hf:" in _error(_texts, tmp_path)
-    assert ".parquet" in TABLE_FORMATS and IMAGE_FORMATS == (".npz",) and HF_PREFIX == "hf:"
+    assert ".parquet" in suffixes(formats("text")) and suffixes(formats("image")) == ".npz"
+    assert HF_PREFIX == "hf:"
     npz = tmp_path / "x.npz"
     np.savez(npz, x=np.zeros((1, 2, 2)))
     assert "texts are read from" in _error(_texts, npz)
@@ -464,7 +464,7 @@ def test_stdin_errors(monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n \n"))
     assert _error(read_inputs, "-", "text") == "standard input: no texts"
     assert _error(read_inputs, "-", "image").startswith(
-        "standard input: images are read from an .npz file (array 'x') or a Hugging Face dataset"
+        "standard input: images are read from .npz files or a Hugging Face dataset"
     )
     with pytest.raises(ValueError, match="kind must be 'text' or 'image'"):
         read_inputs("-", "tokens")

@@ -15,13 +15,8 @@ import torch
 from tokenizers import pre_tokenizers
 
 from probtrans.data import load_data, text_bundle, tokenizer
-from probtrans.data.text import (
-    load_text_task,
-    read_labelled_file,
-    read_source,
-    split_indices,
-    split_sizes,
-)
+from probtrans.data.files import parse_source, read_texts
+from probtrans.data.text import load_text_task, read_source, split_indices, split_sizes
 from probtrans.errors import ConfigError, ProbtransError
 from probtrans.resolve import load_model_spec
 from probtrans.specs import DataSpec
@@ -73,6 +68,11 @@ def test_protocol_sizes_and_disjoint_indices(name, protocol, n, sizes):
     assert not np.array_equal(parts[0], other[0])
 
 
+def read_labelled_file(path: Path):
+    """A file read as the built-in IMDB/CR/CoLA files are: labels 0 or 1."""
+    return read_texts(parse_source(str(path)), classes=2)
+
+
 def test_text_spec_fields(tmp_path):
     for name in ("imdb", "cola"):
         for protocol in ("h_sto", "sgpa"):
@@ -107,9 +107,9 @@ def test_malformed_tsv_rows_named_by_file_and_line(tmp_path):
         read_labelled_file(path)
     message = str(err.value)
     for line, what in [
-        (3, "missing label"),
-        (4, "label 3 is outside the classes 0..1"),
-        (5, "empty or missing text"),
+        (3, "'label' is missing"),
+        (4, "'label' is 3, outside the classes 0..1"),
+        (5, "'text' is empty"),
         (6, "not valid UTF-8"),
     ]:
         assert f"{path}:{line}: {what}" in message
@@ -132,9 +132,9 @@ def test_malformed_jsonl_rows_named_by_file_and_line(tmp_path):
         read_labelled_file(path)
     message = str(err.value)
     for line, what in [
-        (2, "missing label"),
-        (3, "label 3 is outside"),
-        (4, "empty or missing text"),
+        (2, "'label' is missing"),
+        (3, "'label' is 3, outside"),
+        (4, "'text' is empty"),
         (5, "not valid UTF-8"),
         (6, "not a JSON object"),
     ]:
@@ -143,7 +143,7 @@ def test_malformed_jsonl_rows_named_by_file_and_line(tmp_path):
     good = tmp_path / "good.jsonl"
     good.write_text(lines[0].decode() + "\n")
     rows = read_labelled_file(good)
-    assert rows["text"] == ["good"] and rows["label"] == [0]
+    assert rows.values == ["good"] and rows.labels == [0]
 
 
 # ---------------------------------------------------------------------------- with the data

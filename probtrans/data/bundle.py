@@ -24,7 +24,7 @@ from torch import Tensor
 from probtrans.data.tokenizer import decoder, encode, encoder, train_tokenizer
 from probtrans.errors import ProbtransError
 from probtrans.specs import DataSpec
-from probtrans.specs.base import parse
+from probtrans.specs.base import check_seed, parse
 from probtrans.specs.model import SET_NAME_PATTERN
 from probtrans.summary import is_ood_split, ood_sets, ood_split
 
@@ -54,12 +54,6 @@ class DataSplit:
         if mask is None and inputs.ndim == 2 and not inputs.is_floating_point():
             mask = inputs != 0
         return cls(inputs, torch.full((len(inputs),), NO_LABEL, dtype=torch.long), mask)
-
-    @property
-    def has_labels(self) -> bool:
-        """Whether every row has a class (no label is :data:`NO_LABEL`); an empty split has
-        none."""
-        return len(self) > 0 and bool((self.labels >= 0).all())
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -561,8 +555,7 @@ def _split_rows(
 ) -> dict[str, np.ndarray]:
     """Rows of ``train`` that become ``train`` and the missing ``test`` and ``val`` splits,
     stratified by ``labels`` and seeded; fractions are of all of ``train``."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
-        raise ProbtransError(f"{where}: seed = {seed!r}: must be an integer in 0 … 2**32 − 1")
+    check_seed(seed, f"{where}: seed = {seed!r}")
     rows = {"train": np.arange(len(labels))}
     if have_val and have_test:
         return {}

@@ -23,7 +23,7 @@ residual); :func:`corrupt` checks the arguments, clips to [0, 1] and returns flo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import numpy as np
 from scipy import ndimage
@@ -250,36 +250,6 @@ def corrupt(images: np.ndarray, name: str, severity: int, seed: int = 0) -> np.n
     out = function(array, severity, np.random.default_rng(seed))
     out = np.clip(out, 0.0, 1.0).astype(np.float32)
     return out.reshape(np.shape(images))
-
-
-def corrupted_splits(
-    images: np.ndarray,
-    labels: np.ndarray,
-    names: Iterable[str] | None = None,
-    severities: Iterable[int] = SEVERITIES,
-    seed: int = 0,
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Every corruption of ``names`` (default: all of :data:`CORRUPTIONS`) at every severity:
-    ``"{name}-{severity}"`` (e.g. ``"gaussian_noise-3"``) → (corrupted images, ``labels``).
-
-    Each set is ``corrupt(images, name, severity, seed)``, one seed for all: Gaussian noise,
-    impulse noise and translate then reuse their random draws across severities, so a higher
-    severity is the same disturbance, larger.
-    """
-    names = list(CORRUPTIONS) if names is None else list(names)
-    severities = list(severities)
-    for name in names:
-        _check_name(name)
-    for severity in severities:
-        _check_severity(severity)
-    labels = np.asarray(labels)
-    if len(labels) != len(images):
-        raise ProbtransError(f"labels: {len(labels)} labels for {len(images)} images")
-    return {
-        f"{name}-{severity}": (corrupt(images, name, severity, seed), labels)
-        for name in names
-        for severity in severities
-    }
 
 
 def parse_corruption(text: str) -> tuple[str, int]:

@@ -1,13 +1,15 @@
 """Data sources by name: ``[data] name`` of a model spec chooses one of :data:`DATA_SOURCES`.
 
-A source is a function from the ``[data]`` table (:class:`~probtrans.specs.DataSpec`) and the
-spec's folder (where relative paths start) to a :class:`~probtrans.data.bundle.DataBundle`. The
-named out-of-domain sets of ``[[data.ood]]`` are added to the source's own.
+A source is a :class:`DataSource`: a loader from the ``[data]`` table
+(:class:`~probtrans.specs.DataSpec`) and the spec's folder (where relative paths start) to a
+:class:`~probtrans.data.bundle.DataBundle`, and whether its inputs are images. The named
+out-of-domain sets of ``[[data.ood]]`` are added to the source's own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from probtrans.data.bundle import DataBundle
@@ -18,18 +20,32 @@ from probtrans.registry import Registry
 from probtrans.specs import DataSpec
 from probtrans.specs.model import FILES
 
-DataSource = Callable[[DataSpec, Path | None], DataBundle]
 
-#: ``data.name`` → loader
+@dataclass(frozen=True)
+class DataSource:
+    """A registered data set: its loader, and whether its inputs are images (positions are
+    patches, so ``data.max_len`` does not apply); your files say it with ``data.kind``."""
+
+    load: Callable[[DataSpec, Path | None], DataBundle]
+    image: bool = False
+
+
+#: ``data.name`` → source
 DATA_SOURCES: Registry[DataSource] = Registry("data set")
-DATA_SOURCES.register("digits", lambda spec, _: load_digits_bundle(spec))  # sklearn 8×8 digits
-DATA_SOURCES.register("imdb", lambda spec, _: load_text_bundle(spec))  # IMDB reviews, CR as OOD
-DATA_SOURCES.register("cola", lambda spec, _: load_text_bundle(spec))  # CoLA, its OOD dev set
-DATA_SOURCES.register(FILES, load_file_bundle)  # your files: data.train (and the rest)
+DATA_SOURCES.register("digits", DataSource(lambda spec, _: load_digits_bundle(spec), image=True))
+DATA_SOURCES.register("imdb", DataSource(lambda spec, _: load_text_bundle(spec)))  # CR as OOD
+DATA_SOURCES.register("cola", DataSource(lambda spec, _: load_text_bundle(spec)))  # its OOD dev
+DATA_SOURCES.register(FILES, DataSource(load_file_bundle))  # your files: data.train (and the rest)
+
+
+def is_image(spec: DataSpec) -> bool:
+    """Whether the data of ``spec`` are images: your files of ``kind = "image"``, or an image
+    data source."""
+    return spec.kind == "image" or DATA_SOURCES.get(spec.name, "data.name").image
 
 
 def load_data(spec: DataSpec, base: Path | None = None) -> DataBundle:
     """The data set of a model spec's ``[data]`` table with its ``[[data.ood]]`` sets; relative
     paths start at ``base`` (the spec file's folder; default the working folder)."""
-    bundle = DATA_SOURCES.get(spec.name, "data.name")(spec, base)
+    bundle = DATA_SOURCES.get(spec.name, "data.name").load(spec, base)
     return add_ood_sets(bundle, spec.ood, spec, base)

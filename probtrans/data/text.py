@@ -25,37 +25,34 @@ The split protocols (``data.protocol``) reproduce the two papers, seeded by ``da
 
 from __future__ import annotations
 
-import csv
-import gzip
-import json
 import math
 import os
-import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from datasets import Dataset, concatenate_datasets
 
+from probtrans.data.files import parse_source, read_texts
+from probtrans.data.formats import checked_labels, raise_problems, text_problem
 from probtrans.errors import ProbtransError
 
 DATA_DIR_ENV = "PROBTRANS_DATA_DIR"
-MAX_REPORTED = 5  # malformed rows listed in one error message
+CLASSES = 2  # both tasks are binary: labels 0 and 1
+#: the columns of CoLA's header-less TSV files (source, acceptability, original mark, sentence)
+COLA_COLUMNS = ("source", "label", "mark", "sentence")
 
 
 @dataclass(frozen=True)
 class Source:
     """Where one table of rows lives: a local file (relative to the data folder) with its text
-    and label columns (JSON keys, or TSV column numbers unless ``header``), and the Hugging Face
-    hub dataset split (and rows of it) used when the local file is absent."""
+    column (and, for a header-less TSV file, its column names), and the Hugging Face hub dataset
+    split (and rows of it) used when the local file is absent; the labels are ``label``."""
 
     local: str
-    text_column: str | int
-    label_column: str | int
-    header: bool
+    text_column: str
+    header: tuple[str, ...] | None
     hub: tuple[str, str | None, str]  # dataset id, configuration, split
-    hub_text: str = "text"
     hub_rows: tuple[int, int] | None = None  # [start, stop) rows of the hub split
 
 
@@ -63,34 +60,24 @@ class Source:
 # out-of-domain dev in one 1,043-row "validation" split, hence the row ranges. The hub copy of CR
 # (SentEval) is not the 500-sentence Hendrycks test split that H-STO used.
 HUB_SOURCES: dict[str, Source] = {
-    "imdb/train": Source(
-        "imdb/train.jsonl.gz", "text", "label", False, ("stanfordnlp/imdb", None, "train")
-    ),
-    "imdb/test": Source(
-        "imdb/test.jsonl.gz", "text", "label", False, ("stanfordnlp/imdb", None, "test")
-    ),
-    "cr/test": Source(
-        "cr/tsv/test.tsv", "text", "label", True, ("SetFit/SentEval-CR", None, "test")
-    ),
+    "imdb/train": Source("imdb/train.jsonl.gz", "text", None, ("stanfordnlp/imdb", None, "train")),
+    "imdb/test": Source("imdb/test.jsonl.gz", "text", None, ("stanfordnlp/imdb", None, "test")),
+    "cr/test": Source("cr/tsv/test.tsv", "text", None, ("SetFit/SentEval-CR", None, "test")),
     "cola/in_domain_train": Source(
-        "cola/raw/in_domain_train.tsv", 3, 1, False, ("nyu-mll/glue", "cola", "train"), "sentence"
+        "cola/raw/in_domain_train.tsv", "sentence", COLA_COLUMNS, ("nyu-mll/glue", "cola", "train")
     ),
     "cola/in_domain_dev": Source(
         "cola/raw/in_domain_dev.tsv",
-        3,
-        1,
-        False,
-        ("nyu-mll/glue", "cola", "validation"),
         "sentence",
+        COLA_COLUMNS,
+        ("nyu-mll/glue", "cola", "validation"),
         (0, 527),
     ),
     "cola/out_of_domain_dev": Source(
         "cola/raw/out_of_domain_dev.tsv",
-        3,
-        1,
-        False,
-        ("nyu-mll/glue", "cola", "validation"),
         "sentence",
+        COLA_COLUMNS,
+        ("nyu-mll/glue", "cola", "validation"),
         (527, 1043),
     ),
 }
@@ -136,116 +123,7 @@ def source_fingerprint(key: str) -> str:
 
 
 # ----------------------------------------------------------------------------- reading rows
-def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """The numbered lines of ``path`` (gunzipped if it ends in ``.gz``); a file that cannot be
-    read or decompressed raises ProbtransError naming it."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rb") as fh:
-            for number, raw in enumerate(fh, start=1):
-                yield number, raw.rstrip(b"\r\n")
-    except gzip.BadGzipFile:
-        raise ProbtransError(f"{path}: not a gzip file") from None
-    except EOFError:
-        raise ProbtransError(f"{path}: truncated (the gzip stream ends early)") from None
-    except zlib.error as err:
-        raise ProbtransError(f"{path}: corrupt gzip data ({err})") from None
-    except OSError as err:
-        raise ProbtransError(f"{path}: cannot be read ({err.strerror or err})") from None
-
-
-def _check_label(value: object, classes: int) -> str | None:
-    """Why ``value`` is not a label in 0..classes-1, or None if it is one."""
-    if value is None or value == "":
-        return "missing label"
-    if isinstance(value, bool):
-        return f"label {value!r} is not an integer"
-    try:
-        label = int(value) if isinstance(value, int | str) else None
-    except ValueError:
-        label = None
-    if label is None:
-        return f"label {value!r} is not an integer"
-    if not 0 <= label < classes:
-        return f"label {label} is outside the classes 0..{classes - 1}"
-    return None
-
-
-def _raise_problems(problems: list[str]) -> None:
-    """One error line listing the first malformed rows (``file:line: problem``), if any."""
-    if problems:
-        more = len(problems) - MAX_REPORTED
-        tail = f" (and {more} more malformed rows)" if more > 0 else ""
-        raise ProbtransError("; ".join(problems[:MAX_REPORTED]) + tail)
-
-
-def read_labelled_file(
-    path: str | Path,
-    text_column: str | int = "text",
-    label_column: str | int = "label",
-    header: bool | None = None,
-    classes: int = 2,
-) -> Dataset:
-    """Rows ``text``, ``label`` of a JSON Lines file (``.jsonl``, ``.jsonl.gz``: keys
-    ``text_column``, ``label_column``) or a tab-separated file (anything else: column numbers,
-    or names when ``header`` is true; by default a TSV has a ``text<TAB>label`` header).
-
-    TSV fields are split on tabs only (no quoting). Raises ProbtransError listing the first
-    malformed rows as ``file:line: problem``.
-    """
-    path = Path(path)
-    jsonl = path.name.endswith((".jsonl", ".jsonl.gz"))
-    texts: list[str] = []
-    labels: list[int] = []
-    problems: list[str] = []
-    columns: dict[str, int] = {}
-    if not jsonl and header is None:
-        header = True
-    for number, raw in _lines(path):
-        where = f"{path}:{number}"
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            problems.append(f"{where}: not valid UTF-8 ({err.reason} at byte {err.start})")
-            continue
-        if jsonl:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                problems.append(f"{where}: not a JSON object ({err.msg})")
-                continue
-            if not isinstance(row, dict):
-                problems.append(f"{where}: not a JSON object")
-                continue
-            text, label = row.get(text_column), row.get(label_column)
-        else:
-            fields = next(csv.reader([line], delimiter="\t", quoting=csv.QUOTE_NONE), [])
-            if header and number == 1:
-                columns = {name: i for i, name in enumerate(fields)}
-                missing = [c for c in (text_column, label_column) if c not in columns]
-                if missing:
-                    raise ProbtransError(f"{where}: header {fields} lacks column(s) {missing}")
-                continue
-            t = columns[text_column] if header else int(text_column)
-            lab = columns[label_column] if header else int(label_column)
-            text = fields[t] if t < len(fields) else None
-            label = fields[lab] if lab < len(fields) else None
-        if not isinstance(text, str) or not text.strip():
-            problems.append(f"{where}: empty or missing text")
-            continue
-        reason = _check_label(label, classes)
-        if reason:
-            problems.append(f"{where}: {reason}")
-            continue
-        texts.append(text)
-        labels.append(int(label))
-    _raise_problems(problems)
-    if not texts:
-        raise ProbtransError(f"{path}: no rows")
-    return Dataset.from_dict({"text": texts, "label": labels})
-
-
-def _from_hub(key: str, classes: int) -> Dataset:
+def _from_hub(key: str) -> Dataset:
     import datasets
 
     source = HUB_SOURCES[key]
@@ -261,24 +139,27 @@ def _from_hub(key: str, classes: int) -> Dataset:
         ) from None
     rows = range(*source.hub_rows) if source.hub_rows else range(len(table))
     table = table.select(rows)
-    texts, labels = table[source.hub_text], table["label"]
-    problems = []
-    for row, text, label in zip(rows, texts, labels, strict=True):
-        reason = None if (text or "").strip() else "empty or missing text"
-        reason = reason or _check_label(label, classes)
-        if reason:
-            problems.append(f"{name}:{row + 1}: {reason}")
-    _raise_problems(problems)
-    return Dataset.from_dict({"text": texts, "label": [int(v) for v in labels]})
+    texts = table[source.text_column]
+    labels, problems = checked_labels(table["label"], "label", CLASSES)
+    problems += [(i, p) for i, text in enumerate(texts) if (p := text_problem(text, "text"))]
+    raise_problems(sorted(problems), lambda i: f"{name}:{rows[i] + 1}")
+    return Dataset.from_dict({"text": texts, "label": labels})
 
 
-def read_source(key: str, classes: int = 2) -> Dataset:
-    """Rows of source ``key`` of :data:`HUB_SOURCES`: the local file if present, else the hub."""
+def read_source(key: str) -> Dataset:
+    """Rows ``text``, ``label`` of source ``key`` of :data:`HUB_SOURCES`: the local file (read
+    by its format, :mod:`probtrans.data.formats`) if present, else the hub."""
     path = local_path(key)
     if path is None:
-        return _from_hub(key, classes)
+        return _from_hub(key)
     source = HUB_SOURCES[key]
-    return read_labelled_file(path, source.text_column, source.label_column, source.header, classes)
+    rows = read_texts(
+        parse_source(str(path)),
+        text_column=source.text_column,
+        classes=CLASSES,
+        header=source.header,
+    )
+    return Dataset.from_dict({"text": rows.values, "label": rows.labels})
 
 
 # --------------------------------------------------------------------------------- protocols

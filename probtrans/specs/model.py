@@ -25,8 +25,6 @@ SET_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.+-]*"
 SetName = Annotated[str, Field(pattern=f"^{SET_NAME_PATTERN}$", max_length=64)]
 #: ``[data] name`` of a data set read from the spec's own files (``train`` and the rest)
 FILES = "files"
-#: the registered data sets of images (:mod:`probtrans.data.digits`)
-IMAGE_DATA_SETS = ("digits",)
 
 
 class OodSetSpec(Spec):
@@ -93,11 +91,6 @@ class DataSpec(Spec):
     """Text: words seen fewer times in training map to the unknown id."""
     max_len: PositiveInt = 512
     """Text: tokens kept per text (at most ``model.max_positions``); images ignore it."""
-
-    @property
-    def is_image(self) -> bool:
-        """Whether the data are images (their positions are patches, not ``max_len`` tokens)."""
-        return self.kind == "image" or self.name in IMAGE_DATA_SETS
 
     @model_validator(mode="after")
     def _source(self) -> DataSpec:
@@ -171,17 +164,9 @@ class NetworkSpec(Spec):
 
 
 class ModelSpec(SpecFile):
-    """A model spec file. Its ``[model]`` table is :attr:`network`."""
+    """A model spec file. Its ``[model]`` table is :attr:`network`. That text fits the
+    positions (``data.max_len`` ≤ ``model.max_positions``) is checked by
+    :func:`probtrans.resolve.load_model_spec`, which knows the data sources of images."""
 
     data: DataSpec = DataSpec()
     network: NetworkSpec = Field(NetworkSpec(), alias="model")
-
-    @model_validator(mode="after")
-    def _fits(self) -> ModelSpec:
-        if not self.data.is_image and self.data.max_len > self.network.max_positions:
-            raise rule(
-                "data.max_len",
-                self.data.max_len,
-                f"must be at most model.max_positions = {self.network.max_positions}",
-            )
-        return self
