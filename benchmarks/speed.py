@@ -57,7 +57,7 @@ from probtrans.contract import fused_attention
 from probtrans.data import DataBundle, DataSplit, load_data
 from probtrans.inference.guide import build_guide
 from probtrans.inference.objective import self_guided
-from probtrans.inference.predictive import predict
+from probtrans.inference.predictive import sample_predictive
 from probtrans.model import TokenEmbedding, build_classifier
 from probtrans.nn import (
     Encoder,
@@ -219,11 +219,11 @@ def predictive(mode: str, n: int, device: str) -> Callable[[], None]:
     rows = 2 * BATCH  # rows per pass ([predictive] batch_size of the inference specs)
 
     def vectorised() -> None:
-        predict(classifier, guide, data.test, SAMPLES, rows, device=device)
+        sample_predictive(classifier, guide, data.test, SAMPLES, rows, device=device)
 
     def sequential() -> None:
         for _ in range(SAMPLES):
-            predict(classifier, guide, data.test, 1, rows, device=device)
+            sample_predictive(classifier, guide, data.test, 1, rows, device=device)
 
     def pyro_predictive(samples: int, calls: int) -> None:
         runner = Predictive(model, guide=guide, num_samples=samples, return_sites=["probs"])
@@ -248,9 +248,10 @@ def digits_predictive(mode: str, device: str) -> Callable[[], None]:
     classifier = build_classifier(spec, data).to(device)
     guide = build_guide(classifier, GuideSpec(name="delta"), data.test, device)
     if mode == "vectorised":
-        return lambda: predict(classifier, guide, data.test, SAMPLES, 256, device=device)
+        return lambda: sample_predictive(classifier, guide, data.test, SAMPLES, 256, device=device)
     return lambda: [
-        predict(classifier, guide, data.test, 1, 256, device=device) for _ in range(SAMPLES)
+        sample_predictive(classifier, guide, data.test, 1, 256, device=device)
+        for _ in range(SAMPLES)
     ]
 
 

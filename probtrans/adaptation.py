@@ -203,19 +203,6 @@ def key_objective(
     return _masked_sum(log_joint(q, mix).logsumexp(-1), query_mask) + _unit_sum(prior, mix)
 
 
-def precision_objective(
-    q: Tensor,
-    mix: Mixture,
-    theta_alpha1: float,
-    theta_alpha2: float | Tensor,
-    query_mask: Tensor | None = None,
-) -> Tensor:
-    """log Gamma(α; θ_α1, θ_α2) + Σ_i log p_i(q_i | α), maximised by :func:`em_precision`."""
-    alpha = mix.alpha.expand(mix.keys.shape[:-1])
-    prior = (theta_alpha1 - 1) * alpha.log() - theta_alpha2 * alpha
-    return _masked_sum(log_joint(q, mix).logsumexp(-1), query_mask) + _unit_sum(prior, mix)
-
-
 def corrections_objective(
     q: Tensor,
     mix: Mixture,

@@ -38,13 +38,12 @@ from typing import Any
 import pyro
 import pyro.distributions as dist
 import torch
-from pyro.infer.autoguide.guides import prototype_hide_fn
 from pyro.nn import PyroModule
 from pyro.poutine.block_messenger import BlockMessenger
-from pyro.poutine.runtime import _PYRO_STACK
 from torch import Tensor
 
 from probtrans.errors import ProbtransError
+from probtrans.pyro_internals import handler_stack, is_prototype_block
 
 #: ``infer`` flag of sites whose guide is their own conditional distribution
 SELF_GUIDED = "probtrans_self_guided"
@@ -90,12 +89,11 @@ def _reaches_autoguide(name: str, distribution: dist.Distribution) -> bool:
     would reach it, no block in between hiding it (as :func:`probtrans.self_guided` does)."""
     msg = {"type": "sample", "name": name, "fn": distribution, "is_observed": False}
     msg["infer"] = {SELF_GUIDED: True}
-    for messenger in reversed(_PYRO_STACK):  # innermost first
-        if isinstance(messenger, BlockMessenger):
-            if messenger.hide_fn is prototype_hide_fn:
-                return True
-            if messenger.hide_fn(msg):
-                return False
+    for messenger in reversed(handler_stack()):  # innermost first
+        if is_prototype_block(messenger):
+            return True
+        if isinstance(messenger, BlockMessenger) and messenger.hide_fn(msg):
+            return False
     return False
 
 

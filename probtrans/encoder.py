@@ -53,9 +53,9 @@ def make_attention(
                 f"attention = {attention!r}: unknown attention kind "
                 f"(known: {', '.join(ATTENTION.names())})"
             )
-        _, module = ATTENTION.get(attention, "attention")
+        module = ATTENTION.get(attention, "attention")
     elif isinstance(attention, Spec) and "kind" in type(attention).model_fields:
-        _, module = ATTENTION.get(attention.kind, "attention.kind")
+        module = ATTENTION.get(attention.kind, "attention.kind")
         options = {**attention.model_dump(exclude={"kind"}), **options}
     elif isinstance(attention, type) and issubclass(attention, MultiHeadAttention):
         module = attention

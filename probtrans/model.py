@@ -30,6 +30,7 @@ from probtrans.contract import full_precision, local_params
 from probtrans.data import DataBundle
 from probtrans.encoder import Encoder
 from probtrans.errors import ConfigError, ProbtransError
+from probtrans.pyro_internals import pyro_sample_names
 from probtrans.sngp import RandomFeatures, spectral_normalise
 from probtrans.specs import ModelSpec, NetworkSpec
 
@@ -137,19 +138,22 @@ class Classifier(PyroModule):
         self.head = nn.Linear(width, n_classes)
         to_pyro_module_(self)
         self.register_load_state_dict_pre_hook(_moved_out_of_the_encoder)
-        #: initial values of the weights that carry priors (guides start from them)
-        self.initial_weights: dict[str, Tensor] = {}
+        #: the sites of the weights that carry priors → their initial values (guides start there)
+        self.prior_sites: dict[str, Tensor] = {}
         prior = net.prior
         if prior.weights != "none":
             root = self.head if prior.weights == "last_layer" else self
             prefix = "head." if prior.weights == "last_layer" else ""
             self._put_priors(root, prefix, prior.scale)
+        #: refuse a call outside any Pyro handler, which would draw the weights from their priors
+        #: (off once the weights are fixed, as in ``Run.module``)
+        self.refuses_prior_draws = bool(self.prior_sites)
 
     def _put_priors(self, root: nn.Module, prefix: str, scale: float) -> None:
         for module_name, module in list(root.named_modules()):
             for name, param in list(module.named_parameters(recurse=False)):
                 site = f"{prefix}{module_name}.{name}" if module_name else f"{prefix}{name}"
-                self.initial_weights[site.removesuffix(".")] = param.detach().clone()
+                self.prior_sites[site.removesuffix(".")] = param.detach().clone()
                 delattr(module, name)
                 if not hasattr(module, "prior_loc"):
                     module.register_buffer("prior_loc", param.new_zeros(()), persistent=False)
@@ -159,7 +163,7 @@ class Classifier(PyroModule):
         """Draw every global site (``PyroSample`` attributes: weight priors, inducing variables)
         once, outside the data plate; PyroModule caches the draws for the rest of the call."""
         for module in self.modules():
-            for name in getattr(module, "_pyro_samples", {}):
+            for name in pyro_sample_names(module):
                 getattr(module, name)
 
     def encode(self, inputs: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -188,7 +192,7 @@ class Classifier(PyroModule):
     ) -> Tensor:
         """inputs (B, ...), mask (B, L), labels (B,), index (B,) positions in a data set of size
         n_data (default: the batch is the whole data set) → logits (B, C)."""
-        if self.initial_weights and not am_i_wrapped():
+        if self.refuses_prior_draws and not am_i_wrapped():
             raise ProbtransError(
                 "this classifier's weights carry priors, so calling it outside Pyro draws them "
                 "from the prior; use Run.predict(...) or Run.module() for the trained network, "
@@ -199,8 +203,9 @@ class Classifier(PyroModule):
             raise ProbtransError(
                 f"this classifier runs one sample per call, not inside the vectorised plates "
                 f"{outer} (Predictive(parallel=True), vectorised ELBO particles); use "
-                f"Predictive(..., parallel=False), or probtrans.inference.predictive.predict and "
-                f"Run.predict, which batch the samples themselves"
+                f"Predictive(..., parallel=False), or "
+                f"probtrans.inference.predictive.sample_predictive and Run.predict, which batch "
+                f"the samples themselves"
             )
         self.sample_globals()
         size = len(inputs) if n_data is None else n_data

@@ -32,20 +32,26 @@ and :class:`Encoder` map (B, L, d_model) → (B, L, d_model) with any of them.
 
 from __future__ import annotations
 
-from probtrans.attention.gaussian_mixture import GaussianMixtureAttention
-from probtrans.attention.hierarchical import HierarchicalStochasticAttention
-from probtrans.attention.sgpa import SGPAttention, StandardSGPAttention
-from probtrans.attention.softmax import SoftmaxAttention
-from probtrans.attention.stochastic import StochasticAttention
+from probtrans.attention import ATTENTION, MultiHeadAttention
 from probtrans.encoder import Encoder, EncoderBlock
 
-__all__ = [
-    "Encoder",
-    "EncoderBlock",
-    "GaussianMixtureAttention",
-    "HierarchicalStochasticAttention",
-    "SGPAttention",
-    "SoftmaxAttention",
-    "StandardSGPAttention",
-    "StochasticAttention",
-]
+
+def attention_classes() -> dict[str, type[MultiHeadAttention]]:
+    """The class of every registered attention kind (a plugin's too), by class name."""
+    return {ATTENTION.get(kind, "kind").__name__: ATTENTION.get(kind, "kind") for kind in ATTENTION}
+
+
+def __getattr__(name: str) -> type[MultiHeadAttention]:
+    """``probtrans.nn.StochasticAttention``, …: the attention classes, from the registry."""
+    classes = attention_classes()
+    if name not in classes:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return classes[name]
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *attention_classes()])
+
+
+#: the layers (for ``from probtrans.nn import *``: the kinds registered when it is imported)
+__all__ = ["Encoder", "EncoderBlock", *attention_classes()]

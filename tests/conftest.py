@@ -13,9 +13,9 @@ import torch
 from pyro import poutine
 from torch import Tensor
 
-from probtrans.attention import default_options
 from probtrans.data import DataSplit, load_data
 from probtrans.specs import ModelSpec
+from probtrans.specs.attention import ATTENTION_OPTIONS
 
 warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
 
@@ -107,7 +107,7 @@ def tiny_spec(kind: str = "h_sto", prior: str = "none", **attention) -> ModelSpe
     spec = ModelSpec()
     spec.network.d_model, spec.network.n_heads, spec.network.n_layers = 16, 2, 1
     spec.network.d_ff, spec.network.dropout = 32, 0.0
-    spec.network.attention = default_options(kind, **attention)
+    spec.network.attention = ATTENTION_OPTIONS.get(kind, "kind")(**attention)
     spec.network.prior.weights = prior
     return spec
 

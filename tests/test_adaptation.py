@@ -18,7 +18,6 @@ from probtrans.adaptation import (
     em_precision,
     key_objective,
     mixture_layers,
-    precision_objective,
     propagate_corrections,
 )
 from probtrans.attention.gaussian_mixture import (
@@ -139,6 +138,15 @@ def test_key_update_is_the_maximiser_of_its_q_function():
 
 
 # --------------------------------------------------------------------- precision adaptation
+def precision_objective(q, mix, theta_alpha1, theta_alpha2, query_mask):
+    """log Gamma(α; θ_α1, θ_α2) + Σ_i log p_i(q_i | α), what em_precision (Eq. 30) maximises:
+    (B, H), over the real queries and units."""
+    alpha = mix.alpha.expand(mix.keys.shape[:-1])
+    prior = (theta_alpha1 - 1) * alpha.log() - theta_alpha2 * alpha
+    fit = log_joint(q, mix).logsumexp(-1).masked_fill(~query_mask[:, None, :], 0.0)
+    return fit.sum(-1) + prior.masked_fill(~mix.mask[:, None, :], 0.0).sum(-1)
+
+
 @pytest.mark.parametrize("theta", [(2.0, 1.0), (5.0, None)])
 def test_precision_em_never_decreases_the_map_objective(theta):
     for seed in range(3):

@@ -186,7 +186,8 @@ def test_module_is_the_trained_network(map_softmax_run):
     with torch.no_grad():
         logits = network(test.inputs, test.mask)
     assert accuracy(logits.softmax(-1).numpy(), test.labels.numpy()) == run.metrics["accuracy"]
-    assert not isinstance(network, AutoGuideList) and not network.initial_weights
+    assert not isinstance(network, AutoGuideList) and not network.prior_sites
+    assert not network.refuses_prior_draws and run.classifier.refuses_prior_draws
     assert pyro.get_param_store().keys() == set()  # a plain module: nothing in the store
     drawn = run.module(draw=2)
     assert torch.equal(drawn.head.weight, run.posterior_samples(3)["head.weight"][2])

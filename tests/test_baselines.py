@@ -12,7 +12,7 @@ from probtrans import calibration, metrics
 from probtrans.attention import MultiHeadAttention
 from probtrans.errors import ProbtransError
 from probtrans.inference.laplace import LastLayerLaplace, hessian
-from probtrans.inference.predictive import predict
+from probtrans.inference.predictive import sample_predictive
 from probtrans.model import build_classifier
 from probtrans.nn import Encoder
 from tests.conftest import tiny_spec
@@ -31,7 +31,7 @@ def test_mc_dropout_only_switches_dropout_on_and_restores_the_mode(digits, devic
     classifier = dropout_classifier(digits).to(device)
     classifier.train()
     split = digits.test
-    plain = predict(classifier, NO_GUIDE, split, samples=3, batch_size=64, device=device)
+    plain = sample_predictive(classifier, NO_GUIDE, split, samples=3, batch_size=64, device=device)
     assert np.array_equal(plain["probs"][0], plain["probs"][2])  # eval mode: deterministic
     seen = {}
 
@@ -41,7 +41,9 @@ def test_mc_dropout_only_switches_dropout_on_and_restores_the_mode(digits, devic
                 seen[kind.__name__] = seen.get(kind.__name__, set()) | {module.training}
 
     hooks = [m.register_forward_hook(record) for m in classifier.modules() if m is not classifier]
-    mc = predict(classifier, NO_GUIDE, split, 3, batch_size=64, device=device, mc_dropout=True)
+    mc = sample_predictive(
+        classifier, NO_GUIDE, split, 3, batch_size=64, device=device, mc_dropout=True
+    )
     for hook in hooks:
         hook.remove()
     assert mc["probs"].shape == plain["probs"].shape

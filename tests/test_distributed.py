@@ -325,7 +325,7 @@ def test_a_guide_with_global_param_store_parameters_is_refused_on_several_proces
     classifier, data, spec = training(digits)
 
     def guide(inputs, mask, labels, index=None, n_data=None):  # a hand-written guide
-        for name, site in classifier.initial_weights.items():
+        for name, site in classifier.prior_sites.items():
             loc = pyro.param(f"{name}_loc", site.detach().clone())
             pyro.sample(name, dist.Delta(loc, event_dim=site.dim()))
 

@@ -7,14 +7,13 @@ import math
 import pytest
 import torch
 
-from probtrans.attention import build_attention, default_options
 from probtrans.attention.gaussian_mixture import (
     Mixture,
     infer_values,
+    log_joint,
     mask_units,
     responsibilities,
     value_m_step,
-    value_objective,
 )
 from probtrans.data import load_data
 from probtrans.errors import ConfigError
@@ -22,6 +21,7 @@ from probtrans.model import build_classifier
 from probtrans.nn import GaussianMixtureAttention, SoftmaxAttention
 from probtrans.resolve import load_model_spec
 from probtrans.specs import ModelSpec
+from probtrans.specs.attention import GaussianMixtureOptions
 
 B, L = 3, 7
 
@@ -60,10 +60,7 @@ def test_beta_none_with_length_priors_is_softmax_attention(n_heads):
     q, k, v, mask = random_heads(n_heads, d_head, seed=n_heads)
     softmax = SoftmaxAttention(n_heads * d_head, n_heads)
     for n_iter in (1, 3):
-        gm = build_attention(
-            default_options("gaussian_mixture", n_iter=n_iter), n_heads * d_head, n_heads
-        )
-        assert isinstance(gm, GaussianMixtureAttention)
+        gm = GaussianMixtureAttention(n_heads * d_head, n_heads, n_iter=n_iter)
         expected = softmax.attend(q, k, v, mask)
         torch.testing.assert_close(gm.attend(q, k, v, mask), expected, atol=2e-6, rtol=1e-5)
 
@@ -121,10 +118,10 @@ def test_value_em_never_decreases_its_objective():
     for seed in range(5):
         q, mix = random_mixture(seed)
         v = value_m_step(responsibilities(q, mix), mix)
-        previous = value_objective(q, v, mix)
+        previous = log_joint(q, mix, v).logsumexp(-1)  # log p_i(q_i, v_i)
         for _ in range(15):
             v = value_m_step(responsibilities(q, mix, v), mix)
-            current = value_objective(q, v, mix)
+            current = log_joint(q, mix, v).logsumexp(-1)
             assert (current >= previous - 1e-10).all()
             previous = current
         assert torch.isfinite(previous).all()
@@ -157,8 +154,8 @@ def test_infer_values_with_one_iteration_is_the_query_posterior_mean():
 def test_gaussian_mixture_attention_trains_inside_the_classifier(device):
     spec = ModelSpec()
     spec.network.d_model, spec.network.n_heads, spec.network.n_layers = 16, 2, 1
-    spec.network.attention = default_options(
-        "gaussian_mixture", beta=1.0, precision="head", prior="length", n_iter=2
+    spec.network.attention = GaussianMixtureOptions(
+        beta=1.0, precision="head", prior="length", n_iter=2
     )
     data = load_data(spec.data)
     model = build_classifier(spec, data).to(device)

@@ -7,7 +7,9 @@ import torch
 from pyro import poutine
 from pyro.infer.autoguide import AutoDelta, AutoGuideList, AutoLowRankMultivariateNormal
 
-from probtrans.inference.guide import build_guide
+from probtrans.gp.guides import INDUCING_GUIDES
+from probtrans.guides import GUIDES, delta_guide
+from probtrans.inference.guide import build_guide, guide_in_words
 from probtrans.model import build_classifier
 from probtrans.specs import GuideSpec
 from tests.conftest import tiny_spec
@@ -29,7 +31,7 @@ def test_lowrank_goes_on_the_last_layer_of_large_nets(digits, max_dims, last_lay
     spec = GuideSpec(name="lowrank", sites="auto", max_lowrank_dims=max_dims)
     guide = build_guide(classifier, spec, digits.train)
     sites = guide_sites(guide, digits)
-    assert sites >= set(classifier.initial_weights)  # every weight with a prior is covered
+    assert sites >= set(classifier.prior_sites)  # every weight with a prior is covered
     if last_layer_only:
         assert isinstance(guide, AutoGuideList)
         lowrank, delta = guide
@@ -59,5 +61,25 @@ def test_priors_and_guides_follow_the_classifier_to_its_device(digits, name, dev
     assert all(param.device.type == device for param in guide.parameters())
     _, inputs, _, labels = next(digits.train.batches(4))
     start = guide.median(inputs.to(device), None, labels.to(device))
-    for site, initial in classifier.initial_weights.items():
+    for site, initial in classifier.prior_sites.items():
         torch.testing.assert_close(start[site], initial.to(device), msg=site)
+
+
+def test_a_guide_in_words_is_its_registered_description():
+    assert guide_in_words("delta") == "MAP (point mass)"
+    assert guide_in_words("delta", "none") == "maximum likelihood (no weight priors)"
+    assert guide_in_words("normal", "last_layer") == "mean-field normal on the last layer"
+    assert guide_in_words("normal", "none") == "mean-field normal (no weight priors)"
+    assert guide_in_words("my guide") == "my guide"  # a guide given in Python: what it is
+    sgpa = guide_in_words("delta", "none", inducing="cholesky")
+    assert sgpa == "maximum likelihood (no weight priors), inducing variables: full-rank normal"
+
+
+def test_every_registered_guide_has_words():
+    for registry in (GUIDES, INDUCING_GUIDES):
+        assert all(registry.get(name, "name").words for name in registry)
+
+
+def test_one_point_mass_guide_serves_weights_and_inducing_variables():
+    assert GUIDES.get("delta", "guide.name").build is delta_guide
+    assert INDUCING_GUIDES.get("delta", "guide.inducing").build is delta_guide

@@ -16,7 +16,7 @@ from probtrans.inference.predictive import (
     is_point_mass,
     log_likelihood,
     posterior_draws,
-    predict,
+    sample_predictive,
 )
 from probtrans.model import build_classifier
 from probtrans.specs import GuideSpec
@@ -39,8 +39,12 @@ def test_each_draw_of_the_weights_is_shared_by_every_example_and_batch(digits, d
     draws = posterior_draws(guide, 4, split, device)
     assert not is_point_mass(draws)
     assert all(value.device.type == device for value in draws.values())
-    small = predict(classifier, guide, split, samples=4, batch_size=7, device=device, draws=draws)
-    large = predict(classifier, guide, split, 4, batch_size=1000, device=device, draws=draws)
+    small = sample_predictive(
+        classifier, guide, split, samples=4, batch_size=7, device=device, draws=draws
+    )
+    large = sample_predictive(
+        classifier, guide, split, 4, batch_size=1000, device=device, draws=draws
+    )
     with torch.no_grad():
         features = classifier.encode(split.inputs.to(device))  # (N, D)
         logits = features @ draws["head.weight"].transpose(-1, -2) + draws["head.bias"][:, None]
@@ -57,7 +61,7 @@ def test_point_mass_guides_evaluate_the_samples_in_one_batched_pass(digits, devi
     assert is_point_mass(posterior_draws(guide, 5, split, device))
     calls = []
     handle = classifier.encoder.register_forward_hook(lambda m, a, out: calls.append(len(out)))
-    out = predict(classifier, guide, split, samples=5, batch_size=100, device=device)
+    out = sample_predictive(classifier, guide, split, samples=5, batch_size=100, device=device)
     handle.remove()
     assert sum(calls) == 5 * len(split) and len(calls) == -(-len(split) // 20)  # 20 per pass
     assert max(calls) <= 100  # rows per pass bounded by batch_size, not by the split
@@ -74,7 +78,9 @@ def test_batched_samples_have_the_sequential_predictive_mean(digits):
     no_guide = lambda *args, **kwargs: {}  # noqa: E731
     pyro.set_rng_seed(0)
     subset = type(split)(inputs, split.labels[:6])
-    folded = torch.as_tensor(predict(classifier, no_guide, subset, 400, batch_size=2400)["probs"])
+    folded = torch.as_tensor(
+        sample_predictive(classifier, no_guide, subset, 400, batch_size=2400)["probs"]
+    )
     model = self_guided(classifier)
     with torch.no_grad():
         sequential = torch.stack(
@@ -92,7 +98,7 @@ def test_token_rows_predicted_in_order_of_length_come_back_in_split_order():
     spec.network.max_positions = 12
     classifier = build_classifier(spec, data).eval()
     guide = trained_guide(classifier, data, "delta")
-    probs = predict(classifier, guide, split, samples=2, batch_size=6)["probs"]
+    probs = sample_predictive(classifier, guide, split, samples=2, batch_size=6)["probs"]
     assert not (split.lengths()[:-1] <= split.lengths()[1:]).all()  # the split is not sorted
     with torch.no_grad():
         expected = classifier(split.inputs, split.mask).softmax(-1).numpy()  # (N, C)
@@ -115,7 +121,9 @@ def test_the_log_likelihood_of_a_head_posterior_is_that_of_the_full_passes(digit
     np.testing.assert_allclose(fast, per_draw, rtol=1e-5, atol=1e-6)
     assert np.abs(fast[0] - fast[1]).max() > 1e-4  # the draws differ
     pyro.set_rng_seed(1)
-    probs = predict(classifier, None, split, 5, 64, draws={k: v[:1] for k, v in draws.items()})
+    probs = sample_predictive(
+        classifier, None, split, 5, 64, draws={k: v[:1] for k, v in draws.items()}
+    )
     by_hand = np.log(probs["probs"][:, np.arange(30), split.labels.numpy()].mean(0))
     np.testing.assert_allclose(fast[0], by_hand, rtol=1e-5)
     point = {k: v[:1].expand(4, *v.shape[1:]) for k, v in draws.items()}

@@ -16,7 +16,7 @@ from probtrans import metrics
 from probtrans.checkpoint import load_checkpoint
 from probtrans.cli import main
 from probtrans.errors import ProbtransError
-from probtrans.inference.predictive import predict
+from probtrans.inference.predictive import sample_predictive
 from probtrans.inference.train import (
     STATEFUL_KEYS,
     Resumable,
@@ -250,10 +250,12 @@ def test_bf16_training_runs_the_network_in_bfloat16_and_follows_float32(digits, 
 def test_attention_sites_only_on_request(digits):
     classifier = build_classifier(tiny_spec("h_sto"), digits)
     split = digits.test
-    plain = predict(classifier, lambda *a, **k: {}, split, samples=3, batch_size=100)
+    plain = sample_predictive(classifier, lambda *a, **k: {}, split, samples=3, batch_size=100)
     assert set(plain) == {"probs", "obs", "energy"}
     assert plain["probs"].shape == (3, len(split), digits.n_classes)
-    full = predict(classifier, lambda *a, **k: {}, split, samples=3, batch_size=100, attention=True)
+    full = sample_predictive(
+        classifier, lambda *a, **k: {}, split, samples=3, batch_size=100, attention=True
+    )
     assert full["encoder.layers.0.attn.a_v"].shape == (3, len(split), 2, 16, 16)
     assert full["encoder.layers.0.attn.a_c"].shape == (3, len(split), 2, 16, 2)
 

@@ -22,8 +22,8 @@ from torch.distributions import MultivariateNormal, Normal, kl_divergence
 
 import probtrans.gp.decoupled
 import probtrans.gp.standard
-from probtrans.attention import build_attention
 from probtrans.describe import site_table
+from probtrans.encoder import make_attention
 from probtrans.gp import (
     AutoInducingCholesky,
     decoupled_conditional,
@@ -140,7 +140,7 @@ def test_amortised_mean_and_variance_match_float64_at_the_imdb_scales():
     differences of nearly equal matrices (variances 3e-9 to 2e-7 against σ_f² = 0.0183): with K_aa
     and K_aa v_a in float32 the residual was 50 % off and the variances up to 40 %."""
     options = load_model_spec(ROOT / "models" / "imdb" / "sgpa.toml").network.attention
-    layer = build_attention(options, 128, 8)
+    layer = make_attention(options, 128, 8)
     x = F.layer_norm(torch.randn(2, 512, 128), (128,))  # the pre-LN block's input to the layer
     with torch.no_grad():
         x_a, v_a = layer.project(x, None)  # (B, H, T, d)

@@ -15,11 +15,12 @@ import jsonschema
 import pytest
 from pydantic import BaseModel
 
+import probtrans.nn
 from probtrans.attention import ATTENTION
 from probtrans.cli import main
 from probtrans.segmentation.spec import SegmentationSpec
-from probtrans.specs import Comparison, InferenceSpec, ModelSpec
-from probtrans.specs.attention import KINDS, kind_of
+from probtrans.specs import Comparison, InferenceSpec, ModelSpec, NetworkSpec
+from probtrans.specs.attention import ATTENTION_OPTIONS, kind_of
 from tests.conftest import ROOT, TINY_MODEL
 
 BAD_NUMBERS = (math.nan, math.inf, -math.inf)
@@ -212,8 +213,15 @@ def test_a_binary_or_malformed_file_is_one_line(tmp_path, capsys, kind, content,
     assert err.startswith(f"error: {path}: {message}"), err
 
 
-def test_every_attention_kind_of_the_schema_has_a_module():
-    assert set(ATTENTION.names()) == {kind_of(options) for options in KINDS}
+def test_the_attention_registry_the_spec_union_and_probtrans_nn_agree():
+    union = [unwrap(m) for m in typing.get_args(NetworkSpec.model_fields["attention"].annotation)]
+    assert [kind_of(options) for options in union] == list(ATTENTION_OPTIONS)
+    assert set(ATTENTION) == set(ATTENTION_OPTIONS)
+    for kind in ATTENTION:
+        module = ATTENTION.get(kind, "kind")
+        assert module.options_class is ATTENTION_OPTIONS.get(kind, "kind")
+        assert getattr(probtrans.nn, module.__name__) is module
+        assert module.__name__ in probtrans.nn.__all__
 
 
 # ------------------------------------------------------------------ JSON Schema

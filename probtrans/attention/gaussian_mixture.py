@@ -22,7 +22,7 @@ Length-linked priors (Eq. 16–17), π_ij = exp(α/2 ‖ξ_j‖² + β/2 ‖μ_j
 precisions give w_ij = softmax_j(α ξ_j·q_i + β μ_j·v_i) (Eq. 19), and as β → 0 the softmax
 attention softmax_j(α ξ_j·q_i) (Eq. 20–21), for which one EM step is exact. Standard scaled
 dot-product attention softmax(q·kᵀ/√d_h) is therefore α = 1/√d_h (the default here), i.e.
-α = 1/τ for the τ of :class:`~probtrans.specs.SoftmaxOptions`. ``beta = None`` is the
+α = 1/τ for the τ of :class:`~probtrans.specs.attention.SoftmaxOptions`. ``beta = None`` is the
 β → 0 limit: the value term is dropped.
 
 Per-unit precisions and learned priors depend on the input through the unit's own key and value
@@ -45,8 +45,9 @@ import torch
 from torch import Tensor, nn
 
 from probtrans.attention.base import MultiHeadAttention
+from probtrans.attention.registry import register_attention
 from probtrans.contract import autocast_off, full_precision
-from probtrans.specs import GaussianMixtureOptions
+from probtrans.specs.attention import GaussianMixtureOptions
 
 
 @dataclass
@@ -101,11 +102,6 @@ def log_joint(q: Tensor, mix: Mixture, v: Tensor | None = None) -> Tensor:
 def responsibilities(q: Tensor, mix: Mixture, v: Tensor | None = None) -> Tensor:
     """w_ij = p(u_j | q_i [, v_i]) (Eq. 5, 15, 27, 36): (B, H, L, n), rows sum to one."""
     return log_joint(q, mix, v).softmax(-1)
-
-
-def value_objective(q: Tensor, v: Tensor, mix: Mixture) -> Tensor:
-    """log p_i(q_i, v_i) = log p_i(v_i | q_i) + const, maximised by value EM (Eq. 3): (B, H, L)."""
-    return log_joint(q, mix, v).logsumexp(-1)
 
 
 def value_m_step(w: Tensor, mix: Mixture) -> Tensor:
@@ -211,10 +207,10 @@ class GaussianMixtureAttention(MultiHeadAttention):
     tokens; the output is the EM estimate of the values (Eq. 13–15). No sample site.
 
     ``GaussianMixtureAttention(d_model, n_heads, **options)``, options by name (defaults and
-    bounds: :class:`~probtrans.specs.GaussianMixtureOptions`): ``alpha`` (query precision α;
-    unset: 1/√d_head), ``beta`` (value precision β; unset: β → 0), ``precision`` (``"fixed"``,
-    ``"shared"``, ``"head"``, ``"unit"``), ``prior`` (π: ``"length"``, ``"uniform"``,
-    ``"learned"``), ``n_iter`` (EM iterations).
+    bounds: :class:`~probtrans.specs.attention.GaussianMixtureOptions`): ``alpha`` (query
+    precision α; unset: 1/√d_head), ``beta`` (value precision β; unset: β → 0), ``precision``
+    (``"fixed"``, ``"shared"``, ``"head"``, ``"unit"``), ``prior`` (π: ``"length"``,
+    ``"uniform"``, ``"learned"``), ``n_iter`` (EM iterations).
     """
 
     options_class = GaussianMixtureOptions
@@ -225,3 +221,6 @@ class GaussianMixtureAttention(MultiHeadAttention):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None) -> Tensor:
         return self.units(q, k, v, key_mask)
+
+
+register_attention(GaussianMixtureAttention)

@@ -22,8 +22,9 @@ from torch import Tensor, nn
 
 from probtrans.attention.base import MultiHeadAttention, masked_logits
 from probtrans.attention.gumbel import fused_relaxed_attention, relaxed_one_hot
+from probtrans.attention.registry import register_attention
 from probtrans.contract import fused_attention_enabled, sample_attention
-from probtrans.specs import HierarchicalOptions
+from probtrans.specs.attention import HierarchicalOptions
 
 
 class HierarchicalStochasticAttention(MultiHeadAttention):
@@ -31,7 +32,7 @@ class HierarchicalStochasticAttention(MultiHeadAttention):
     ``a_v`` (H, L, L).
 
     ``HierarchicalStochasticAttention(d_model, n_heads, **options)``, options by name (defaults
-    and bounds: :class:`~probtrans.specs.HierarchicalOptions`): ``tau1`` (τ₁, keys over
+    and bounds: :class:`~probtrans.specs.attention.HierarchicalOptions`): ``tau1`` (τ₁, keys over
     centroids), ``tau2`` (τ₂, queries over values), ``n_centroids`` (c), ``centroids`` (one
     matrix per ``"layer"`` or per ``"head"``), ``hard`` (straight-through samples), ``dropout``
     (on the value attention).
@@ -66,3 +67,6 @@ class HierarchicalStochasticAttention(MultiHeadAttention):
         logits = masked_logits(q @ k_hat.transpose(-1, -2), key_mask)
         a_v = sample_attention(self.site("a_v"), relaxed_one_hot(self.tau2, logits, self.hard))
         return F.dropout(a_v, self.dropout, self.training) @ v
+
+
+register_attention(HierarchicalStochasticAttention)

@@ -65,11 +65,12 @@ from pyro.nn import PyroSample
 from torch import Tensor, nn
 
 from probtrans.attention.base import MultiHeadAttention, check_tokens
+from probtrans.attention.registry import register_attention
 from probtrans.contract import autocast_off, full_precision, kl_term, sample_attention
 from probtrans.gp.decoupled import decoupled_conditional
 from probtrans.gp.kernels import head_kernel
 from probtrans.gp.standard import standard_posterior
-from probtrans.specs import SGPAOptions, StandardSGPAOptions
+from probtrans.specs.attention import SGPAOptions, StandardSGPAOptions
 
 
 def whitened_prior(layer: SGPAttention) -> dist.Distribution:
@@ -117,7 +118,7 @@ class SGPAttention(KernelAttention):
     site ``f`` (H, d_head, T), and the KL factor ``kl_amortised``.
 
     ``SGPAttention(d_model, n_heads, **options)``, options by name (defaults and bounds:
-    :class:`~probtrans.specs.SGPAOptions`): ``kernel`` (``"exponential"`` or ``"ard"``),
+    :class:`~probtrans.specs.attention.SGPAOptions`): ``kernel`` (``"exponential"`` or ``"ard"``),
     ``n_inducing`` (M_g), ``lengthscale`` (ℓ_i, initial), ``outputscale`` (σ_f², initial),
     ``jitter`` (on K_gg's diagonal), ``sampling`` (``"marginal"`` or ``"full"``).
 
@@ -171,8 +172,8 @@ class StandardSGPAttention(KernelAttention):
     ``kl_amortised``.
 
     ``StandardSGPAttention(d_model, n_heads, **options)``, options by name (defaults and bounds:
-    :class:`~probtrans.specs.StandardSGPAOptions`): ``kernel``, ``lengthscale``, ``outputscale``,
-    ``jitter`` (on K_aa's diagonal).
+    :class:`~probtrans.specs.attention.StandardSGPAOptions`): ``kernel``, ``lengthscale``,
+    ``outputscale``, ``jitter`` (on K_aa's diagonal).
     """
 
     options_class = StandardSGPAOptions
@@ -194,3 +195,7 @@ class StandardSGPAttention(KernelAttention):
             eps = sample_attention(self.site("u_a"), posterior.distribution())
             f = posterior.output(eps)
         return self.merge_heads(f)
+
+
+register_attention(SGPAttention)
+register_attention(StandardSGPAttention)

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from probtrans.attention.base import MultiHeadAttention
-from probtrans.specs import SoftmaxOptions
+from probtrans.attention.registry import register_attention
+from probtrans.specs.attention import SoftmaxOptions
 
 
 class SoftmaxAttention(MultiHeadAttention):
@@ -17,8 +18,8 @@ class SoftmaxAttention(MultiHeadAttention):
     ``scaled_dot_product_attention``; no sample site.
 
     ``SoftmaxAttention(d_model, n_heads, **options)``, options by name (defaults and bounds:
-    :class:`~probtrans.specs.SoftmaxOptions`): ``tau`` (τ; unset: √d_head), ``dropout`` (on the
-    attention weights).
+    :class:`~probtrans.specs.attention.SoftmaxOptions`): ``tau`` (τ; unset: √d_head),
+    ``dropout`` (on the attention weights).
     """
 
     options_class = SoftmaxOptions
@@ -38,3 +39,6 @@ class SoftmaxAttention(MultiHeadAttention):
             dropout_p=self.dropout if self.training else 0.0,
             scale=1.0 / self.tau,
         )
+
+
+register_attention(SoftmaxAttention)

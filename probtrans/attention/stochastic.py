@@ -16,8 +16,9 @@ from torch import Tensor
 
 from probtrans.attention.base import MultiHeadAttention, masked_logits
 from probtrans.attention.gumbel import fused_relaxed_attention, relaxed_one_hot
+from probtrans.attention.registry import register_attention
 from probtrans.contract import fused_attention_enabled, sample_attention
-from probtrans.specs import StochasticOptions
+from probtrans.specs.attention import StochasticOptions
 
 
 class StochasticAttention(MultiHeadAttention):
@@ -25,8 +26,8 @@ class StochasticAttention(MultiHeadAttention):
     (H, L, L).
 
     ``StochasticAttention(d_model, n_heads, **options)``, options by name (defaults and bounds:
-    :class:`~probtrans.specs.StochasticOptions`): ``tau`` (τ), ``hard`` (straight-through one-hot
-    samples), ``dropout`` (on the sampled weights).
+    :class:`~probtrans.specs.attention.StochasticOptions`): ``tau`` (τ), ``hard``
+    (straight-through one-hot samples), ``dropout`` (on the sampled weights).
     """
 
     options_class = StochasticOptions
@@ -45,3 +46,6 @@ class StochasticAttention(MultiHeadAttention):
         logits = masked_logits(q @ k.transpose(-1, -2), key_mask)  # (B, H, L, L)
         a_v = sample_attention(self.site("a_v"), relaxed_one_hot(self.tau, logits, self.hard))
         return F.dropout(a_v, self.dropout, self.training) @ v
+
+
+register_attention(StochasticAttention)

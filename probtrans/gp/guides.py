@@ -25,11 +25,12 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro.distributions import constraints
-from pyro.infer.autoguide import AutoDelta, AutoGuide, AutoNormal, init_to_mean
+from pyro.infer.autoguide import AutoGuide, AutoNormal
 from pyro.infer.autoguide.utils import deep_setattr
 from pyro.nn import PyroModule, PyroParam
 from torch import Tensor, nn
 
+from probtrans.guides import NamedGuide, delta_guide, start_at
 from probtrans.registry import Registry
 from probtrans.specs import GuideSpec
 
@@ -87,24 +88,19 @@ class AutoInducingCholesky(AutoGuide):
         }
 
 
-InducingGuide = Callable[[Callable, GuideSpec], AutoGuide]
+#: ``guide.inducing`` → the guide of the inducing variables, built on the model restricted to
+#: the u_g sites (which ``initial`` does not hold: they start at the prior's mean)
+INDUCING_GUIDES: Registry[NamedGuide] = Registry("inducing guide")
 
-#: ``guide.inducing`` → builder(model restricted to the u_g sites, guide spec)
-INDUCING_GUIDES: Registry[InducingGuide] = Registry("inducing guide")
 
-
-def cholesky_guide(model: Callable, spec: GuideSpec) -> AutoGuide:
+def cholesky_guide(model: Callable, initial: dict[str, Tensor], spec: GuideSpec) -> AutoGuide:
     return AutoInducingCholesky(model, init_scale=spec.inducing_init_scale)
 
 
-def diagonal_guide(model: Callable, spec: GuideSpec) -> AutoGuide:
-    return AutoNormal(model, init_loc_fn=init_to_mean, init_scale=spec.inducing_init_scale)
+def diagonal_guide(model: Callable, initial: dict[str, Tensor], spec: GuideSpec) -> AutoGuide:
+    return AutoNormal(model, init_loc_fn=start_at(initial), init_scale=spec.inducing_init_scale)
 
 
-def delta_guide(model: Callable, spec: GuideSpec) -> AutoGuide:
-    return AutoDelta(model, init_loc_fn=init_to_mean)
-
-
-INDUCING_GUIDES.register("cholesky", cholesky_guide)
-INDUCING_GUIDES.register("diagonal", diagonal_guide)
-INDUCING_GUIDES.register("delta", delta_guide)
+INDUCING_GUIDES.register("cholesky", NamedGuide(cholesky_guide, "full-rank normal"))
+INDUCING_GUIDES.register("diagonal", NamedGuide(diagonal_guide, "mean-field normal"))
+INDUCING_GUIDES.register("delta", NamedGuide(delta_guide, "MAP (point mass)"))

@@ -47,15 +47,15 @@ def build_guide(
     ``example`` (any split of the classifier's data) on ``device``, starting from the
     classifier's initial weights."""
     model = self_guided(classifier)
-    weight_guide = GUIDES.get(spec.name, "guide.name")
+    weight_guide = GUIDES.get(spec.name, "guide.name").build
     sites = inducing_sites(classifier)
-    initial = {name: value.to(device) for name, value in classifier.initial_weights.items()}
+    initial = {name: value.to(device) for name, value in classifier.prior_sites.items()}
     if not sites:
         guide = weight_guide(model, initial, spec)
     else:
         guide = AutoGuideList(model)
-        inducing_guide = INDUCING_GUIDES.get(spec.inducing, "guide.inducing")
-        guide.append(inducing_guide(poutine.block(model, expose=sites), spec))
+        inducing_guide = INDUCING_GUIDES.get(spec.inducing, "guide.inducing").build
+        guide.append(inducing_guide(poutine.block(model, expose=sites), initial, spec))
         if initial:
             hidden = poutine.block(model, hide=sites)
             guide.append(weight_guide(hidden, initial, spec))
@@ -64,6 +64,25 @@ def build_guide(
     with torch.no_grad():
         guide(inputs.to(device), None if mask is None else mask.to(device), labels.to(device))
     return guide
+
+
+def guide_in_words(name: str, weight_priors: str = "all", inducing: str | None = None) -> str:
+    """The guide called ``name`` in words (figure titles): its registered words
+    (:class:`~probtrans.guides.NamedGuide`; a guide given in Python: ``name``, what it is), the
+    weights' priors (``[model.prior] weights``) and, for a model with inducing variables, the
+    words of their guide ``inducing`` (a ``guide.inducing``)."""
+    named = GUIDES.get(name, "guide.name") if name in GUIDES else None
+    if named is not None and weight_priors == "none" and named.words_without_priors:
+        words = named.words_without_priors
+    else:
+        words = name if named is None else named.words
+        if weight_priors == "last_layer":
+            words += " on the last layer"
+        elif weight_priors == "none":
+            words += " (no weight priors)"
+    if inducing:
+        words += f", inducing variables: {INDUCING_GUIDES.get(inducing, 'guide.inducing').words}"
+    return words
 
 
 def _binds(signature: inspect.Signature, *args: Any, **kwargs: Any) -> bool:

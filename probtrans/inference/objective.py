@@ -51,6 +51,7 @@ from torch.distributions import kl_divergence
 
 from probtrans.attention import inducing_sites
 from probtrans.contract import fused_attention, is_kl_term, is_self_guided
+from probtrans.pyro_internals import particle_loss, particle_traces
 from probtrans.specs import ElboSpec
 
 #: the ELBO's terms (summed over the data, like the loss) that :func:`loss_and_terms` returns,
@@ -126,10 +127,8 @@ def loss_and_terms(
     without gradient, each term scaled by the data plate like the loss."""
     analytic = isinstance(elbo, TraceMeanField_ELBO)
     loss, surrogate_loss, terms = 0.0, 0.0, torch.zeros(len(TERMS), dtype=torch.float64)
-    for model_trace, guide_trace in elbo._get_traces(model, guide, args, kwargs):
-        loss_particle, surrogate_loss_particle = elbo._differentiable_loss_particle(
-            model_trace, guide_trace
-        )
+    for model_trace, guide_trace in particle_traces(elbo, model, guide, args, kwargs):
+        loss_particle, surrogate_loss_particle = particle_loss(elbo, model_trace, guide_trace)
         surrogate_loss += surrogate_loss_particle / elbo.num_particles
         loss += loss_particle / elbo.num_particles
         with torch.no_grad():

@@ -24,7 +24,7 @@ from torch import Tensor
 from probtrans.data import DataBundle
 from probtrans.errors import ProbtransError
 from probtrans.inference.laplace import LastLayerLaplace
-from probtrans.inference.predictive import predict
+from probtrans.inference.predictive import sample_predictive
 from probtrans.model import Classifier
 from probtrans.specs import PredictiveSpec
 
@@ -54,7 +54,7 @@ def posterior_predictives(
     splits = data.splits()
 
     def on(split: str, **options: Any) -> dict[str, np.ndarray]:
-        return predict(
+        return sample_predictive(
             classifier,
             None,
             splits[split],
@@ -97,7 +97,7 @@ def last_layer_laplace(
             f"keeps it only when its inference spec asks for the Laplace or for PSIS-LOO); load "
             f"the run with its data: Run.load(path, data=...)"
         )
-    train = predict(
+    train = sample_predictive(
         classifier,
         None,
         data.train,

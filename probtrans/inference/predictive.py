@@ -1,9 +1,9 @@
 """Posterior predictive with ``pyro.infer.Predictive`` and its ArviZ ``InferenceData``.
 
 Posterior draws of the global sites are taken once and shared by every example; samples that
-share their global draw are evaluated in one batched pass (see :func:`predict`). Only requested
-sites are kept: class probabilities ``probs`` and sampled labels ``obs`` always,
-the attention matrices only with ``attention=True`` (they are B × H × L × L per sample).
+share their global draw are evaluated in one batched pass (see :func:`sample_predictive`). Only
+requested sites are kept: class probabilities ``probs`` and sampled labels ``obs`` always, the
+attention matrices only with ``attention=True`` (they are B × H × L × L per sample).
 :func:`log_likelihood` is the pointwise likelihood of each global draw, the local randomness
 averaged out, that PSIS-LOO reads (:mod:`probtrans.elpd`).
 """
@@ -48,7 +48,7 @@ def posterior_draws(
 def global_sites(classifier: Classifier) -> list[str]:
     """The global sites of ``classifier``: its weights with priors and its inducing variables u_g
     (a guide's draws may hold more: an autoguide's ``*_unconstrained`` sites)."""
-    return [*classifier.initial_weights, *inducing_sites(classifier)]
+    return [*classifier.prior_sites, *inducing_sites(classifier)]
 
 
 def is_point_mass(draws: dict[str, Tensor]) -> bool:
@@ -67,7 +67,7 @@ def dropout_on(classifier: Classifier) -> None:
 
 @local_params()
 @torch.no_grad()
-def predict(
+def sample_predictive(
     classifier: Classifier,
     guide: Callable | None,
     split: DataSplit,
@@ -195,7 +195,7 @@ def log_likelihood(
 
     def replicated(draw: dict[str, Tensor], sites: Sequence[str] = ()) -> dict[str, np.ndarray]:
         pyro.set_rng_seed(seed)
-        return predict(
+        return sample_predictive(
             classifier,
             None,
             split,

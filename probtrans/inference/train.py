@@ -80,7 +80,7 @@ from probtrans.inference.objective import (
     make_elbo,
     self_guided,
 )
-from probtrans.inference.predictive import predict
+from probtrans.inference.predictive import sample_predictive
 from probtrans.inference.training_log import open_log
 from probtrans.model import Classifier
 from probtrans.specs import InferenceSpec, OptimSpec
@@ -259,7 +259,7 @@ def improves(value: float, best: BestState | None, monitor: str) -> bool:
 def validation_metric(
     classifier: Classifier, guide: Callable, data: DataBundle, spec: InferenceSpec, device: str
 ) -> dict[str, float]:
-    probs = predict(
+    probs = sample_predictive(
         classifier, guide, data.val, spec.train.val_samples, spec.predictive.batch_size, device
     )["probs"]
     mean = metrics.predictive_mean(probs)
@@ -276,12 +276,17 @@ class ElboObjective(nn.Module):
     and the guide (a module); what ``DistributedDataParallel`` wraps, as Pyro's ``ELBOModule``."""
 
     def __init__(
-        self, classifier: Classifier, guide: Callable, kl: KLWeight, elbo: Trace_ELBO, n_data: int
+        self,
+        classifier: Classifier,
+        guide: Callable,
+        kl_weight: KLWeight,
+        elbo: Trace_ELBO,
+        n_data: int,
     ) -> None:
         super().__init__()
         self.classifier = classifier
         self.guide = guide if isinstance(guide, nn.Module) else None
-        self.model, self.weighted_guide = kl(self_guided(classifier)), kl(guide)
+        self.model, self.weighted_guide = kl_weight(self_guided(classifier)), kl_weight(guide)
         self.elbo, self.n_data = elbo, n_data
 
     def forward(
@@ -328,9 +333,9 @@ class SVITraining:
             self.guide if isinstance(self.guide, torch.nn.Module) else ParamsState(guide_params)
         )
         n_train = len(data.train)
-        self.kl = KLWeight.from_spec(spec.elbo, classifier, n_train)
+        self.kl_weight = KLWeight.from_spec(spec.elbo, classifier, n_train)
         elbo = make_elbo(spec.elbo)
-        self.objective = ElboObjective(classifier, self.guide, self.kl, elbo, n_train)
+        self.objective = ElboObjective(classifier, self.guide, self.kl_weight, elbo, n_train)
         self.step_loss: nn.Module = self.objective
         if self.processes.distributed:
             self.step_loss = self.data_parallel(guide_params)
@@ -421,13 +426,13 @@ class SVITraining:
         """The size of the loss per example at the current state: that of the first training
         batch with every KL term at full weight (so that KL annealing cannot exceed it), at
         least 1 nat. Leaves every random generator as it was."""
-        rng, annealing = pyro.util.get_rng_state(), self.kl.annealing
-        self.kl.annealing = 1.0
+        rng, annealing = pyro.util.get_rng_state(), self.kl_weight.annealing
+        self.kl_weight.annealing = 1.0
         try:
             batch = next(self.data.train.batches(self.spec.train.batch_size))
             value = self.loss(*batch)[0].item() / len(self.data.train)
         finally:
-            self.kl.annealing = annealing
+            self.kl_weight.annealing = annealing
             pyro.util.set_rng_state(rng)
         return max(1.0, abs(value)) if math.isfinite(value) else 1.0
 
@@ -455,7 +460,9 @@ class SVITraining:
         )
         total, total_terms, lr = 0.0, torch.zeros(len(TERMS), dtype=torch.float64), math.nan
         for step, index in enumerate(bar):
-            self.kl.annealing = kl_annealing_at(self.spec, epoch - 1 + step / self.steps_per_epoch)
+            self.kl_weight.annealing = kl_annealing_at(
+                self.spec, epoch - 1 + step / self.steps_per_epoch
+            )
             self.optimizer.zero_grad()
             part = processes.shard(index)
             share = len(part) / len(index)  # of the global batch; 0 for a part left empty
@@ -490,7 +497,7 @@ class SVITraining:
         return {
             **elbo_record(mean_terms.tolist()),
             "objective": -total / self.steps_per_epoch / n_train,
-            "kl_annealing": self.kl.annealing,
+            "kl_annealing": self.kl_weight.annealing,
             "lr": lr,
         }
 

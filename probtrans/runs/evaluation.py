@@ -181,10 +181,8 @@ def evaluate(
         title=figures.run_title(
             run.data.name,
             run.model_spec.network.attention.kind,
-            run.describe_guide(),
+            run.guide_words(),
             samples,
-            run.model_spec.network.prior.weights,
-            inducing=None if run.guide_name else run.inference_spec.guide.inducing,
         ),
         history=figures.read_history(run.path / "history.json"),
     )

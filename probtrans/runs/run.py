@@ -16,13 +16,14 @@ import torch
 from torch import nn
 
 from probtrans import metrics
+from probtrans.attention import inducing_sites
 from probtrans.checkpoint import UnreadableCheckpoint, load_checkpoint, require
 from probtrans.contract import keep_params_local, local_params
 from probtrans.data import DataBundle, DataSplit, load_data
 from probtrans.data.saved import load_saved_bundle
 from probtrans.errors import ProbtransError, in_file
-from probtrans.inference.guide import build_guide
-from probtrans.inference.predictive import posterior_draws, predict
+from probtrans.inference.guide import build_guide, guide_in_words
+from probtrans.inference.predictive import posterior_draws, sample_predictive
 from probtrans.io import read_json
 from probtrans.model import Classifier, build_classifier
 from probtrans.prediction import prediction_columns
@@ -78,6 +79,14 @@ class Run:
     def describe_guide(self) -> str:
         return self.guide_name or self.inference_spec.guide.name
 
+    def guide_words(self) -> str:
+        """The guide in words, as the title of the run's ``report.png`` names it (its inducing
+        guide too where the network has inducing variables and the guide comes from the spec)."""
+        given = self.guide_name or not inducing_sites(self.classifier)
+        inducing = None if given else self.inference_spec.guide.inducing
+        weight_priors = self.model_spec.network.prior.weights
+        return guide_in_words(self.describe_guide(), weight_priors, inducing)
+
     def predictive_samples(self, asked: int | None = None) -> int:
         """The posterior draws of a predictive: ``asked``, else ``[predictive] samples``."""
         return asked or self.inference_spec.predictive.samples
@@ -132,7 +141,7 @@ class Run:
         device = self.device
 
         def probs(part: DataSplit) -> np.ndarray:
-            return predict(
+            return sample_predictive(
                 self.classifier, None, part, samples, batch, device, draws=draws, progress=progress
             )["probs"]
 
@@ -194,7 +203,7 @@ class Run:
             module = network.get_submodule(owner)
             delattr(module, name)
             setattr(module, name, nn.Parameter(value.detach().clone()))
-        network.initial_weights = {}
+        network.prior_sites, network.refuses_prior_draws = {}, False
         return keep_params_local(network).eval()
 
 

@@ -8,8 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from probtrans.specs import GaussianMixtureOptions
-from probtrans.specs.attention import attention_options
+from probtrans.specs.attention import GaussianMixtureOptions, attention_options
 from probtrans.specs.base import (
     NonNegative,
     NonNegativeInt,

@@ -9,15 +9,7 @@ from __future__ import annotations
 
 import os
 
-from probtrans.specs.attention import (
-    AttentionOptions,
-    GaussianMixtureOptions,
-    HierarchicalOptions,
-    SGPAOptions,
-    SoftmaxOptions,
-    StandardSGPAOptions,
-    StochasticOptions,
-)
+from probtrans.specs.attention import AttentionOptions
 from probtrans.specs.base import (
     Spec,
     SpecFile,
@@ -56,10 +48,8 @@ __all__ = [
     "Comparison",
     "DataSpec",
     "ElboSpec",
-    "GaussianMixtureOptions",
     "GuideSpec",
     "HeadSpec",
-    "HierarchicalOptions",
     "InferenceSpec",
     "Method",
     "ModelSpec",
@@ -67,12 +57,8 @@ __all__ = [
     "OptimSpec",
     "PredictiveSpec",
     "PriorSpec",
-    "SGPAOptions",
-    "SoftmaxOptions",
     "Spec",
     "SpecFile",
-    "StandardSGPAOptions",
-    "StochasticOptions",
     "TrainSpec",
     "parse",
     "read_inference_spec",

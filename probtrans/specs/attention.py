@@ -1,20 +1,116 @@
 """``[model.attention]``: the options of each attention kind, chosen by ``kind``.
 
-Each kind's module lives in :mod:`probtrans.attention` and is registered there under the
-``kind`` of its options class; the equations are in the modules' docstrings.
+Each options class is registered under its ``kind`` in :data:`ATTENTION_OPTIONS`, and a table
+that holds attention options is read with the union of the registered classes
+(:func:`attention_options`). A kind registered later (a plugin's, through
+:func:`probtrans.attention.register_attention`) joins that union in every spec class
+(:func:`follow_kinds`), so spec files, the JSON Schema and ``describe`` know it. Each kind's
+module lives in :mod:`probtrans.attention` and registers itself under the same ``kind``; the
+equations are in the modules' docstrings.
 """
 
 from __future__ import annotations
 
+import typing
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import Discriminator, Tag
 
+from probtrans.registry import Registry
 from probtrans.specs.base import Positive, PositiveInt, Rate, Spec
 
 KernelName = Literal["exponential", "ard"]
 
+#: ``kind`` → the options class of every attention kind
+ATTENTION_OPTIONS: Registry[type[Spec]] = Registry("attention kind")
 
+
+def kind_of(options: type[Spec] | Spec) -> str:
+    """The ``kind`` an options class (or instance) stands for."""
+    cls = options if isinstance(options, type) else type(options)
+    return cls.model_fields["kind"].default
+
+
+class KindTag:
+    """The discriminator of an attention table: its ``kind``, ``default`` when it has none."""
+
+    def __init__(self, default: str) -> None:
+        self.default = default
+        self.__name__ = "kind"  # pydantic names the discriminator in its messages
+
+    def __call__(self, value: object) -> object:
+        if isinstance(value, dict):
+            return value.get("kind", self.default)
+        return getattr(value, "kind", None)
+
+
+def attention_union() -> Any:
+    """The union of the registered options classes, each tagged with its ``kind``."""
+    members = tuple(
+        Annotated[ATTENTION_OPTIONS.get(kind, "kind"), Tag(kind)] for kind in ATTENTION_OPTIONS
+    )
+    return Union[members]  # noqa: UP007 (a runtime tuple)
+
+
+def attention_options(default: str) -> Any:
+    """The type of an attention table: the options class its ``kind`` names, ``default`` when
+    the table has no ``kind`` (a pydantic discriminated union of the registered kinds)."""
+    return Annotated[attention_union(), Discriminator(KindTag(default))]
+
+
+def _spec_classes(cls: type[Spec] = Spec) -> Iterator[type[Spec]]:
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _spec_classes(sub)
+
+
+def _tables(annotation: Any) -> Iterator[type[Spec]]:
+    """The spec classes an annotation names (also inside unions, lists, ``Annotated``)."""
+    if isinstance(annotation, type) and issubclass(annotation, Spec):
+        yield annotation
+    for arg in typing.get_args(annotation):
+        yield from _tables(arg)
+
+
+def follow_kinds() -> None:
+    """Give every spec class's attention tables the union of the kinds registered now, and
+    rebuild the classes that hold one, directly or in a table (inner tables first: pydantic
+    reuses a table's built schema)."""
+    holds: dict[type[Spec], bool] = {}
+
+    def rebuild(cls: type[Spec]) -> bool:
+        if cls in holds:
+            return holds[cls]
+        holds[cls] = False  # a table that holds itself holds no union through itself
+        fields = cls.model_fields.values()
+        direct = False
+        for info in fields:
+            if any(
+                isinstance(m, Discriminator) and isinstance(m.discriminator, KindTag)
+                for m in info.metadata
+            ):
+                info.annotation = attention_union()
+                direct = True
+        nested = [rebuild(table) for info in fields for table in _tables(info.annotation)]
+        holds[cls] = direct or any(nested)
+        if holds[cls]:
+            cls.model_rebuild(force=True)
+        return holds[cls]
+
+    for cls in list(_spec_classes()):
+        rebuild(cls)
+
+
+def attention_kind(options: type[Spec]) -> type[Spec]:
+    """Register the options class ``options`` under its ``kind`` (a class decorator) and let
+    every attention table choose it (:func:`follow_kinds`)."""
+    ATTENTION_OPTIONS.register(kind_of(options), options)
+    follow_kinds()
+    return options
+
+
+@attention_kind
 class SoftmaxOptions(Spec):
     """Deterministic scaled dot-product attention (Pei et al. 2022, Eq. 7–8)."""
 
@@ -25,6 +121,7 @@ class SoftmaxOptions(Spec):
     """Dropout on the attention weights (training, or MC dropout)."""
 
 
+@attention_kind
 class StochasticOptions(Spec):
     """STO-TRANS: Gumbel-softmax attention weights (Pei et al. 2022, Eq. 9–11)."""
 
@@ -37,6 +134,7 @@ class StochasticOptions(Spec):
     """Dropout on the sampled attention weights."""
 
 
+@attention_kind
 class HierarchicalOptions(Spec):
     """H-STO-TRANS: keys attend over learned centroids, queries over values (Pei et al. 2022,
     Eq. 14–17)."""
@@ -55,6 +153,7 @@ class HierarchicalOptions(Spec):
     """Dropout on the sampled value attention."""
 
 
+@attention_kind
 class SGPAOptions(Spec):
     """Decoupled sparse Gaussian-process attention (Chen & Li 2023, §3.3–3.4)."""
 
@@ -73,6 +172,7 @@ class SGPAOptions(Spec):
     """F | u_g per token (the authors'), or jointly over tokens."""
 
 
+@attention_kind
 class StandardSGPAOptions(Spec):
     """Standard SGPA, the keys as inducing points (Chen & Li 2023, §3.2); O(T³), for the
     complexity comparison."""
@@ -85,6 +185,7 @@ class StandardSGPAOptions(Spec):
     """Added to K_aa's diagonal; ten times more after every failed Cholesky."""
 
 
+@attention_kind
 class GaussianMixtureOptions(Spec):
     """Probabilistic Transformers: attention as MAP inference in a Gaussian mixture (Movellan &
     Gabbur 2020, Eq. 13–21)."""
@@ -101,36 +202,6 @@ class GaussianMixtureOptions(Spec):
     """π: length-linked (Eq. 16–17), uniform, or learned from the unit's key and value."""
     n_iter: PositiveInt = 1
     """EM iterations of value inference (Eq. 14–15)."""
-
-
-#: every attention kind's options, in the order the docs list them
-KINDS: tuple[type[Spec], ...] = (
-    SoftmaxOptions,
-    StochasticOptions,
-    HierarchicalOptions,
-    SGPAOptions,
-    StandardSGPAOptions,
-    GaussianMixtureOptions,
-)
-
-
-def kind_of(options: type[Spec] | Spec) -> str:
-    """The ``kind`` an options class (or instance) stands for."""
-    cls = options if isinstance(options, type) else type(options)
-    return cls.model_fields["kind"].default
-
-
-def attention_options(default: str) -> Any:
-    """The type of an attention table: the options class its ``kind`` names, ``default`` when
-    the table has no ``kind`` (a pydantic discriminated union)."""
-
-    def tag(value: object) -> object:
-        return (
-            value.get("kind", default) if isinstance(value, dict) else getattr(value, "kind", None)
-        )
-
-    members = tuple(Annotated[cls, Tag(kind_of(cls))] for cls in KINDS)
-    return Annotated[Union[members], Discriminator(tag)]  # noqa: UP007 (a runtime tuple)
 
 
 #: ``[model.attention]`` of a model spec: ``softmax`` when ``kind`` is not given

@@ -1,0 +1,65 @@
+"""Every private Pyro internal that probtrans relies on, in one place.
+
+Pyro does not promise these names across releases, so each is wrapped here, once, and
+``tests/test_pyro_internals.py`` checks that each still behaves as used and fails on a Pyro
+version not in :data:`CHECKED_PYRO_VERSIONS` (then re-check each function below against that
+version's source and add it). Nothing else in probtrans imports a private Pyro name.
+
+- :func:`handler_stack`: Pyro's stack of active handlers (``pyro.poutine.runtime._PYRO_STACK``),
+  which :func:`probtrans.contract.sample_attention` walks to refuse an autoguide that would see
+  an attention site.
+- :func:`is_prototype_block`: whether a handler is the block an autoguide puts around the model
+  to trace its prototype (its ``hide_fn`` is ``pyro.infer.autoguide.guides.prototype_hide_fn``,
+  a function Pyro does not export).
+- :func:`particle_traces` and :func:`particle_loss`: an ELBO's (model, guide) traces per
+  particle and the loss of one (``ELBO._get_traces``, ``_differentiable_loss_particle``), so
+  that :func:`probtrans.inference.objective.loss_and_terms` computes Pyro's loss and the ELBO's
+  terms from the same traces.
+- :func:`pyro_sample_names`: the ``PyroSample`` attributes of one module (``_pyro_samples``),
+  which :meth:`probtrans.model.Classifier.sample_globals` draws outside the data plate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pyro.infer import ELBO
+from pyro.infer.autoguide.guides import prototype_hide_fn
+from pyro.poutine.block_messenger import BlockMessenger
+from pyro.poutine.messenger import Messenger
+from pyro.poutine.runtime import _PYRO_STACK
+from pyro.poutine.trace_struct import Trace
+
+#: the Pyro versions whose source the functions below were checked against
+CHECKED_PYRO_VERSIONS = ("1.9.2",)
+
+
+def handler_stack() -> list[Messenger]:
+    """The active Pyro handlers, outermost first (the live list: do not change it)."""
+    return _PYRO_STACK
+
+
+def is_prototype_block(handler: Messenger) -> bool:
+    """Whether ``handler`` is the block an autoguide puts around its model while tracing it
+    to find the latent sites (``AutoGuide._setup_prototype``)."""
+    return isinstance(handler, BlockMessenger) and handler.hide_fn is prototype_hide_fn
+
+
+def particle_traces(
+    elbo: ELBO, model: Callable, guide: Callable, args: tuple, kwargs: dict
+) -> Iterator[tuple[Trace, Trace]]:
+    """The (model trace, guide trace) of each particle of ``elbo`` (one trace for vectorised
+    particles), as ``elbo.differentiable_loss`` draws them."""
+    return elbo._get_traces(model, guide, args, kwargs)
+
+
+def particle_loss(elbo: ELBO, model_trace: Trace, guide_trace: Trace) -> tuple[Any, Any]:
+    """(loss, surrogate loss) of one particle, as ``elbo.differentiable_loss`` sums them."""
+    return elbo._differentiable_loss_particle(model_trace, guide_trace)
+
+
+def pyro_sample_names(module: object) -> list[str]:
+    """The names of the ``PyroSample`` attributes of ``module`` itself (not its children);
+    none for a plain ``nn.Module``."""
+    return list(getattr(module, "_pyro_samples", {}))
