@@ -1,20 +1,19 @@
 """Execute the notebooks in place, so that the committed notebooks carry the outputs of a real run.
 
-Usage, from the project root (each fit takes about 30–60 s on a CPU)::
+Usage, from the project root::
 
-    probtrans fit                                     # writes runs/digits-h_sto-map
-    probtrans fit --inference inference/mfvi.toml     # writes runs/digits-h_sto-mfvi
-    probtrans fit --inference inference/lowrank.toml  # writes runs/digits-h_sto-lowrank
-    python notebooks/execute.py                       # both notebooks; or name some:
+    python notebooks/execute.py                              # both notebooks; or name some:
     python notebooks/execute.py posterior_predictive.ipynb
 
 posterior_predictive.ipynb reads runs/digits-h_sto-map (``PROBTRANS_RUN_DIR`` overrides it),
-compare_guides.ipynb the three runs (``PROBTRANS_RUN_DIRS``, comma-separated, overrides them).
-The kernel starts in ``notebooks/``, as Jupyter starts it, and the notebooks find ``runs/`` in
-the project root from there. A notebook that fails is left as it was (exit status 1); one that
-ran is written back with its outputs, and any output on stderr (a warning) is listed and gives
-exit status 1 too. The tests (tests/test_notebooks.py) run the notebooks with their outputs
-stripped, on tiny runs.
+compare_guides.ipynb the MAP, mean-field and low-rank digits runs (``PROBTRANS_RUN_DIRS``,
+comma-separated, overrides them). A digits run missing from runs/ is trained there by the
+notebook, its progress bar in the cell's output: 25–35 s a run on a 2-core CPU
+(``notebooks/notebook_runs.py``). The kernel starts in ``notebooks/``, as Jupyter starts it.
+A notebook that fails is left as it was (exit status 1); one that ran is written back with its
+outputs, and any output on stderr (a warning) is listed and gives exit status 1 too. The tests
+(tests/test_notebooks.py) run the notebooks with their outputs stripped, on a fresh copy of the
+checkout with one epoch per run.
 """
 
 from __future__ import annotations
@@ -40,6 +39,7 @@ def execute(path: Path, timeout: int = 600) -> list[str]:
         timeout=timeout,
         kernel_name="python3",
         record_timing=False,  # no time stamps in the committed notebooks
+        coalesce_streams=True,  # a progress bar's last state, not each of its updates
         resources={"metadata": {"path": str(NOTEBOOKS)}},
     )
     client.execute()

@@ -1,11 +1,12 @@
-"""The notebooks run top to bottom on tiny run folders, as Jupyter runs them: their kernel
-starts in ``notebooks/``, their committed outputs stripped. They must print nothing on stderr
-(no warnings) and label the axes of every figure they draw."""
+"""The notebooks run top to bottom as Jupyter runs them: their kernel starts in ``notebooks/``,
+their committed outputs stripped. On a fresh checkout (no ``runs/``) they train the digits runs
+they need, then read them; given run folders (``PROBTRANS_RUN_DIR(S)``) they read those. They
+must print nothing on stderr (no warnings) and label the axes of every figure they draw."""
 
 from __future__ import annotations
 
 import json
-import os
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -13,11 +14,20 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from probtrans.runs import load_run
+import probtrans
 from tests.conftest import ROOT, TINY_MODEL, tiny_inference
 from tests.test_text_data import needs_data
 
 NOTEBOOKS = ROOT / "notebooks"
+#: what a checkout needs to run the notebooks (runs/ excepted): the notebooks and their specs
+CHECKOUT = ("notebooks", "models", "inference")
+#: the environment variables the notebooks read
+VARIABLES = (
+    "PROBTRANS_RUN_DIR",
+    "PROBTRANS_RUN_DIRS",
+    "PROBTRANS_NOTEBOOK_EPOCHS",
+    "PROBTRANS_ATTENTION_DRAWS",
+)
 
 #: first cell: keep every figure made (pyplot's and those built on Figure objects)
 RECORD_FIGURES = """
@@ -57,45 +67,28 @@ print("FIGURES", len(_recorded_figures), "AXES CHECK", _json.dumps(_problems))
 """
 
 
-def tiny_runs(folder: Path, guides: tuple[str, ...]) -> dict[str, Path]:
-    """Tiny digits runs (2 epochs) of ``guides``: guide → run folder ``folder/run-GUIDE``."""
-    from probtrans.runs import fit
-
-    model = folder / "tiny.toml"
-    model.write_text(TINY_MODEL)
-    runs = {}
-    for guide in guides:
-        runs[guide] = folder / f"run-{guide}"
-        fit(model, tiny_inference(folder, guide), out=runs[guide], progress=False)
-    return runs
-
-
-@pytest.fixture(scope="module")
-def guide_runs(tmp_path_factory) -> dict[str, Path]:
-    """Tiny runs of the MAP, mean-field and low-rank guides, shared by the tests below."""
-    return tiny_runs(tmp_path_factory.mktemp("guides"), ("map", "mfvi", "lowrank"))
-
-
-def execute(name: str, monkeypatch, **env: str) -> tuple[str, list]:
-    """Run notebook ``name``, outputs stripped, with the kernel in ``notebooks/`` and ``env`` set
-    → (its printed text, its outputs). Asserts no error, nothing on stderr and labelled axes."""
-    for key in ("PROBTRANS_RUN_DIR", "PROBTRANS_RUN_DIRS"):
+def execute(name: str, monkeypatch, folder: Path = NOTEBOOKS, **env: str) -> tuple[str, list]:
+    """Run notebook ``name`` of ``folder``, outputs stripped, with the kernel in ``folder`` and
+    ``env`` set → (its printed text, its outputs). Asserts no error, nothing on stderr (and no
+    warning among the printed text, where a training's progress bars go) and labelled axes."""
+    for key in VARIABLES:
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    notebook = nbformat.read(folder / name, as_version=4)
     for cell in notebook.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     notebook.cells.insert(0, nbformat.v4.new_code_cell(RECORD_FIGURES))
     notebook.cells.append(nbformat.v4.new_code_cell(CHECK_AXES))
-    resources = {"metadata": {"path": str(NOTEBOOKS)}}
+    resources = {"metadata": {"path": str(folder)}}
     NotebookClient(notebook, timeout=300, kernel_name="python3", resources=resources).execute()
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     stderr = [o.text for o in outputs if o.output_type == "stream" and o.name == "stderr"]
     assert not stderr, "".join(stderr)
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert "Warning:" not in text
     check = text.rsplit("AXES CHECK ", 1)[1]
     assert json.loads(check) == []
     assert int(text.rsplit("FIGURES ", 1)[1].split()[0]) > 0
@@ -104,46 +97,83 @@ def execute(name: str, monkeypatch, **env: str) -> tuple[str, list]:
     return text, outputs
 
 
-def test_posterior_predictive_notebook_executes(guide_runs, monkeypatch):
-    # relative to the project root, not to notebooks/: found from the root
-    run = os.path.relpath(guide_runs["map"], ROOT)
-    text, _ = execute("posterior_predictive.ipynb", monkeypatch, PROBTRANS_RUN_DIR=run)
+@pytest.fixture(scope="module")
+def fresh_checkout(tmp_path_factory) -> tuple[Path, dict[str, tuple[str, list]]]:
+    """A copy of the checkout without ``runs/``, where the notebooks ran one after the other
+    with one epoch per run they train: posterior_predictive.ipynb trains the MAP run,
+    compare_guides.ipynb reads it and trains the two others → (the checkout, notebook → (its
+    printed text, its outputs))."""
+    checkout = tmp_path_factory.mktemp("checkout")
+    junk = shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints")
+    for name in CHECKOUT:
+        shutil.copytree(ROOT / name, checkout / name, ignore=junk)
+    executed = {}
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for name in ("posterior_predictive.ipynb", "compare_guides.ipynb"):
+            executed[name] = execute(
+                name, monkeypatch, checkout / "notebooks", PROBTRANS_NOTEBOOK_EPOCHS="1"
+            )
+    return checkout, executed
+
+
+def test_posterior_predictive_notebook_trains_its_run_on_a_fresh_checkout(fresh_checkout):
+    checkout, executed = fresh_checkout
+    text, _ = executed["posterior_predictive.ipynb"]
+    assert "runs/digits-h_sto-map: not found, training it" in text
+    assert "SVI: 100%" in text and "runs/digits-h_sto-map: trained and evaluated in" in text
+    assert (checkout / "runs" / "digits-h_sto-map" / "probs.npz").is_file()
     assert "p(true) ± std" in text and "digits_8_9  auroc" in text
     assert "out of domain" not in text  # digits 8 and 9 are no in-domain class
     assert "predictive.nc holds the test draws of probs.npz: True" in text
     assert "point-mass posterior (p_loo = 0)" in text and "Pareto k̂ does not apply" in text
 
 
-def test_posterior_predictive_notebook_shows_loo_of_a_normal_guide(guide_runs, monkeypatch):
-    env = {"PROBTRANS_RUN_DIR": str(guide_runs["mfvi"]), "PROBTRANS_ATTENTION_DRAWS": "2"}
+def test_compare_guides_notebook_reads_the_run_it_finds_and_trains_the_others(fresh_checkout):
+    _, executed = fresh_checkout
+    text, outputs = executed["compare_guides.ipynb"]
+    assert "runs/digits-h_sto-map: found, read as it is" in text
+    for guide in ("mfvi", "lowrank"):
+        assert f"runs/digits-h_sto-{guide}: not found, training it" in text
+    for name in ("map (delta)", "mfvi (normal)", "lowrank (lowrank)"):
+        assert f"digits-h_sto-{name}" in text
+    assert "held-out ELPD over" in text and "SE of Δ" in text
+    assert "point mass: in-sample lpd, k̂ n/a" in text  # the MAP run's LOO, not diagnosed
+    assert "elpd_loo" in text and "Pareto k diagnostic values" in text
+    html = "".join(str(o.get("data", {}).get("text/plain", "")) for o in outputs)
+    assert "no az.compare" in text or "elpd_diff" in html
+    assert "aece" in text and "augrc" in text and "digits_8_9  auroc" in text
+
+
+def test_posterior_predictive_notebook_shows_loo_of_a_normal_guide(fresh_checkout, monkeypatch):
+    run = fresh_checkout[0] / "runs" / "digits-h_sto-mfvi"
+    env = {"PROBTRANS_RUN_DIR": str(run), "PROBTRANS_ATTENTION_DRAWS": "2"}
     text, _ = execute("posterior_predictive.ipynb", monkeypatch, **env)
     assert "elpd_loo" in text and "Pareto k diagnostic values" in text
     assert "scalar parameters in head.weight, head.bias" in text  # az.summary of the posterior
 
 
-def test_posterior_predictive_notebook_names_the_command_of_a_missing_run(monkeypatch):
+def test_posterior_predictive_notebook_names_a_missing_run_it_was_given(monkeypatch):
     monkeypatch.setenv("PROBTRANS_RUN_DIR", "runs/no-such-run")
     notebook = nbformat.read(NOTEBOOKS / "posterior_predictive.ipynb", as_version=4)
     resources = {"metadata": {"path": str(NOTEBOOKS)}}
     with pytest.raises(CellExecutionError) as raised:
         NotebookClient(notebook, timeout=300, kernel_name="python3", resources=resources).execute()
     message = str(raised.value)
-    assert str(ROOT / "runs" / "no-such-run") in message  # looked up from the project root
-    assert "`probtrans fit`, run from the project root, writes runs/digits-h_sto-map" in message
+    assert f"{ROOT / 'runs' / 'no-such-run'}: no finished run" in message  # from the root
+    assert "unset PROBTRANS_RUN_DIR to read the digits runs under runs/" in message
+    assert not (ROOT / "runs" / "no-such-run").exists()  # nothing trained into it
 
 
 @needs_data
 def test_posterior_predictive_notebook_shows_sentences_of_a_text_run(tmp_path, monkeypatch):
-    from probtrans.runs import fit
-
     model = tmp_path / "cola.toml"
     text = TINY_MODEL.replace('name = "digits"\npatch_size = 2', 'name = "cola"\nmax_len = 64')
     model.write_text(text.replace("dropout = 0.0", "dropout = 0.0\nmax_positions = 64"))
     out = tmp_path / "cola-run"
-    fit(model, tiny_inference(tmp_path, "map"), out=out, epochs=1, progress=False)
+    probtrans.fit(model, tiny_inference(tmp_path, "map"), out=out, epochs=1, progress=False)
     env = {"PROBTRANS_RUN_DIR": str(out), "PROBTRANS_ATTENTION_DRAWS": "2"}
     printed, _ = execute("posterior_predictive.ipynb", monkeypatch, **env)
-    data = load_run(out).data
+    data = probtrans.Run.load(out).data
     lines = printed.splitlines()
     headers = [i for i, line in enumerate(lines) if "p(true) ± std" in line]
     assert len(headers) == 2 and "out of domain: cola_ood" in lines[headers[1] - 1]
@@ -153,16 +183,3 @@ def test_posterior_predictive_notebook_shows_sentences_of_a_text_run(tmp_path, m
         assert all(" ± " in row for row in rows)
         for row in rows:
             assert any(sentence.startswith(row[:40].rstrip()) for sentence in sentences), row
-
-
-def test_compare_guides_notebook_executes(guide_runs, monkeypatch):
-    dirs = ",".join(str(path) for path in guide_runs.values())
-    text, outputs = execute("compare_guides.ipynb", monkeypatch, PROBTRANS_RUN_DIRS=dirs)
-    for name in ("run-map (delta)", "run-mfvi (normal)", "run-lowrank (lowrank)"):
-        assert name in text
-    assert "held-out ELPD over" in text and "SE of Δ" in text
-    assert "point mass: in-sample lpd, k̂ n/a" in text  # the MAP run's LOO, not diagnosed
-    assert "elpd_loo" in text and "Pareto k diagnostic values" in text
-    html = "".join(str(o.get("data", {}).get("text/plain", "")) for o in outputs)
-    assert "no az.compare" in text or "elpd_diff" in html
-    assert "aece" in text and "augrc" in text and "digits_8_9  auroc" in text
