@@ -55,13 +55,17 @@ def print_metrics(scores: dict) -> None:
             print(f"{variant or 'plain'} predictive:\n{format_ood_table(ood)}")
 
 
-def check_seed_and_device(args: argparse.Namespace) -> None:
-    """``--seed`` and ``--device``, checked before anything is loaded."""
+def check_run_options(args: argparse.Namespace) -> None:
+    """``--seed``, ``--device`` and (``evaluate``, ``predict``) ``--samples``, checked before
+    anything is loaded."""
     from probtrans.runs.run import check_device
     from probtrans.specs.base import check_seed
 
     check_seed(args.seed, f"--seed {args.seed}")
     check_device(args.device, f"--device {args.device}")
+    samples = getattr(args, "samples", None)
+    if samples is not None and samples <= 0:
+        raise ProbtransError(f"--samples {samples}: must be > 0")
 
 
 def ood_option(text: str) -> tuple[str, str]:
@@ -77,7 +81,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from probtrans.runs import fit
     from probtrans.runs.folder import read_timing
 
-    check_seed_and_device(args)
+    check_run_options(args)
     model, inference = spec_path(args.model), spec_path(args.inference)
     out = Path(args.out or f"runs/{model.parent.name}-{model.stem}-{inference.stem}")
     run = fit(
@@ -104,9 +108,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from probtrans.specs import parse
     from probtrans.specs.model import OodSetSpec
 
-    check_seed_and_device(args)
-    if args.samples is not None and args.samples <= 0:
-        raise ProbtransError(f"--samples {args.samples}: must be > 0")
+    check_run_options(args)
     sets = [ood_option(text) for text in args.ood]
     names = [name for name, _ in sets]
     repeated = sorted({name for name in names if names.count(name) > 1})
@@ -136,9 +138,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from probtrans.prediction import write_predictions
     from probtrans.runs import load_run
 
-    check_seed_and_device(args)
-    if args.samples is not None and args.samples <= 0:
-        raise ProbtransError(f"--samples {args.samples}: must be > 0")
+    check_run_options(args)
     local = args.input != "-" and not args.input.startswith(HF_PREFIX)
     if local and not Path(args.input).exists():  # before loading the run
         raise ProbtransError(f"{args.input}: no such file")

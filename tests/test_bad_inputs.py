@@ -524,6 +524,14 @@ def _(w: Workspace) -> Expect:
     return Expect(["evaluate", str(run), "--device", "tpu", "--quiet"], ("--device",))
 
 
+@case("predict: --seed -1")
+def _(w: Workspace) -> Expect:
+    run = w.fitted_run()
+    inputs = w.root / "inputs.txt"
+    inputs.write_text("a text\n")
+    return Expect(["predict", str(run), str(inputs), "--seed", "-1", "--quiet"], ("--seed -1",))
+
+
 # ====================================================================== compare
 PRESET = """
 title = "bad"
