@@ -38,6 +38,7 @@ from probtrans.data.formats import (
     check_finite,
     checked_labels,
     class_names,
+    dataset_texts,
     format_of,
     formats,
     label_to_read,
@@ -231,20 +232,10 @@ def read_texts(
     )
     if source.path is not None and not _is_folder(source):
         rows = _file_format(source.path, "text", labels).read(source.path, options)
-        return _checked(rows, options, label_column)
-    dataset, name = _hf_dataset(source, split)
-    require_column(name, dataset.column_names, text_column, "text")
-    label = label_to_read(name, dataset.column_names, options)
-    if len(dataset) == 0:
-        raise ProbtransError(f"{name}: no rows")
-    data = dataset.select_columns([text_column] + ([label] if label else []))[:]
-    rows = Rows(
-        data[text_column],
-        data[label] if label else None,
-        class_names(dataset, label),
-        row_index(name),
-    )
-    return _checked(rows, options, label)
+    else:
+        dataset, name = _hf_dataset(source, split)
+        rows = dataset_texts(dataset, name, options, row_index(name))
+    return _checked(rows, options, label_column)
 
 
 # ----------------------------------------------------------------------------- images

@@ -304,13 +304,7 @@ def read_lines(path: Path | None, options: ReadOptions | None = None) -> Rows:
         except UnicodeDecodeError as err:
             raise ProbtransError(f"standard input: not UTF-8 text ({err.reason})") from None
     else:
-        lines = []
-        for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
-            try:
-                lines.append(raw.decode("utf-8"))
-            except UnicodeDecodeError as err:
-                problems.append((number, f"not valid UTF-8 ({err.reason} at byte {err.start})"))
-                lines.append("")
+        lines, problems = _decoded(path.read_bytes().split(b"\n"))
     while lines and not lines[-1].strip():  # blank lines at the end
         lines.pop()
     problems += [
@@ -368,13 +362,21 @@ def _load(path: Path, builder: str, **options: Any) -> Any:
         )
 
 
-def _rows_of(dataset: Any, path: Path, options: ReadOptions, label: str | None, where) -> Rows:
-    """The text and label columns of a loaded table as :class:`Rows`."""
+def _rows_of(dataset: Any, name: str, options: ReadOptions, label: str | None, where) -> Rows:
+    """The text and label columns of a loaded table as :class:`Rows` (``name`` names it)."""
     if len(dataset) == 0:
-        raise ProbtransError(f"{path}: no rows")
+        raise ProbtransError(f"{name}: no rows")
     data = dataset.select_columns([options.text_column] + ([label] if label else []))[:]
     labels = data[label] if label else None
     return Rows(data[options.text_column], labels, class_names(dataset, label), where)
+
+
+def dataset_texts(dataset: Any, name: str, options: ReadOptions, where) -> Rows:
+    """The texts and labels of a loaded ``datasets`` table (a file's, a saved folder's or a hub
+    dataset's), its text column and, where required, its label column checked."""
+    require_column(name, dataset.column_names, options.text_column, "text")
+    label = label_to_read(name, dataset.column_names, options)
+    return _rows_of(dataset, name, options, label, where)
 
 
 # ----------------------------------------------------------------------------- CSV and TSV
@@ -530,7 +532,7 @@ def delimited(delimiter: str, quoting: bool) -> Reader:
                 **dialect,
             )
             where.n_rows = len(dataset)
-            rows = _rows_of(dataset, path, options, label, where)
+            rows = _rows_of(dataset, str(path), options, label, where)
         except ProbtransError:
             raise
         except Exception as err:  # a file datasets cannot parse (or decode): find the bad lines
@@ -576,11 +578,8 @@ def read_json_lines(path: Path, options: ReadOptions) -> Rows:
     read_label = options.label_column if options.read_labels else None
     try:
         dataset = _load(path, "json")
-        require_column(str(path), dataset.column_names, options.text_column, "text")
-        label = label_to_read(str(path), dataset.column_names, options)
-        return _rows_of(
-            dataset, path, options, label, _LineStarts(path, len(dataset), _json_starts)
-        )
+        where = _LineStarts(path, len(dataset), _json_starts)
+        return dataset_texts(dataset, str(path), options, where)
     except ProbtransError:
         raise
     except Exception as err:  # a file datasets cannot parse (or decode): find the bad lines
@@ -594,9 +593,7 @@ def read_parquet(path: Path, options: ReadOptions) -> Rows:
         dataset = _load(path, "parquet")
     except Exception as err:
         raise ProbtransError(f"{path}: not a readable Parquet file ({reason(err)})") from None
-    require_column(str(path), dataset.column_names, options.text_column, "text")
-    label = label_to_read(str(path), dataset.column_names, options)
-    return _rows_of(dataset, path, options, label, row_index(str(path)))
+    return dataset_texts(dataset, str(path), options, row_index(str(path)))
 
 
 # ----------------------------------------------------------------------------- NPZ images
