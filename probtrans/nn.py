@@ -38,7 +38,7 @@ from probtrans.encoder import Encoder, EncoderBlock
 
 def attention_classes() -> dict[str, type[MultiHeadAttention]]:
     """The class of every registered attention kind (a plugin's too), by class name."""
-    return {ATTENTION.get(kind, "kind").__name__: ATTENTION.get(kind, "kind") for kind in ATTENTION}
+    return {module.__name__: module for module in ATTENTION.entries()}
 
 
 def __getattr__(name: str) -> type[MultiHeadAttention]:
