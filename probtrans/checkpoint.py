@@ -1,27 +1,32 @@
 """Checkpoints that load without executing pickled code.
 
 A checkpoint holds only tensors, numbers, strings and containers of them (state dicts, spec texts,
-metadata). It is written atomically (:func:`probtrans.io.atomic_write`) through an open file, so
-its bytes do not depend on the temporary file's name, and read with
-``torch.load(weights_only=True)``, which refuses anything else.
+metadata). It is serialised in memory (so its bytes do not depend on a file name, and a write
+the disk refuses is Python's own ``OSError``, not PyTorch's), written atomically
+(:func:`probtrans.io.write_bytes`), and read with ``torch.load(weights_only=True)``, which
+refuses anything else.
 """
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import pickle
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from probtrans import __version__
 from probtrans.errors import ProbtransError
-from probtrans.io import atomic_write
+from probtrans.io import DamagedFile, checked_read, write_bytes
 
 FORMAT = 1
+T = TypeVar("T")
 
 
 class UnreadableCheckpoint(ProbtransError):
@@ -35,12 +40,9 @@ class UnreadableCheckpoint(ProbtransError):
 def save_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> None:
     """Save ``payload`` with the checkpoint format and the library version."""
     data = {"format": FORMAT, "probtrans_version": __version__, **payload}
-
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as fh:  # a file object: the archive's inner name is fixed
-            torch.save(data, fh)
-
-    atomic_write(path, write)
+    buffer = io.BytesIO()
+    torch.save(data, buffer)
+    write_bytes(path, buffer.getvalue())
 
 
 def _reason(err: Exception) -> str:
@@ -53,7 +55,7 @@ def _reason(err: Exception) -> str:
             name = found.group(1)
             return f"it holds a Python object ({name}), not only plain data; refused, not run"
         return "corrupt, or not written by torch.save"
-    if "zip archive" in text:
+    if "zip archive" in text or getattr(err, "errno", None) == errno.EINVAL:  # an archive cut short
         return "corrupt or truncated"
     lines = text.strip().splitlines()
     return lines[0] if lines else type(err).__name__
@@ -86,20 +88,30 @@ def require(data: dict[str, Any], path: Path, keys: list[str]) -> dict[str, Any]
     return data
 
 
-def load_cached(path: Path, keys: list[str]) -> dict[str, Any] | None:
-    """A cache file written by :func:`save_checkpoint` with every key of ``keys``; None if there
-    is none, or if it cannot be used: then it is set aside as ``NAME.unreadable`` (replacing an
-    older one, never deleted) with a note, for the caller to rebuild."""
+def load_cached(
+    path: Path, keys: list[str], check: Callable[[dict[str, Any]], T] | None = None
+) -> T | dict[str, Any] | None:
+    """A cache file written by :func:`save_checkpoint` with every key of ``keys``, and what
+    ``check(payload)`` makes of it (it parses and checks every part the caller uses, raising
+    on any problem); None if there is none, or if it cannot be used (unreadable, incomplete,
+    or refused by ``check``): then it is set aside as ``NAME.unreadable`` (replacing an older
+    one, never deleted) with a note, for the caller to rebuild."""
     if not path.is_file():
         return None
     try:
-        return require(load_checkpoint(path), path, keys)
-    except UnreadableCheckpoint as err:
+        payload = require(load_checkpoint(path), path, keys)
+        if check is None:
+            return payload
+        with checked_read(path, "content"):
+            return check(payload)
+    except (UnreadableCheckpoint, DamagedFile) as err:
         set_aside(err, path.with_name(path.name + ".unreadable"), "rebuilt", what="cache ")
         return None
 
 
-def set_aside(err: UnreadableCheckpoint, aside: Path, then: str, what: str = "") -> None:
+def set_aside(
+    err: UnreadableCheckpoint | DamagedFile, aside: Path, then: str, what: str = ""
+) -> None:
     """Rename the unreadable file of ``err`` to ``aside`` (never delete it) and say so, and
     what happens ``then``."""
     os.replace(err.path, aside)

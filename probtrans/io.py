@@ -12,33 +12,47 @@ import json
 import os
 import tempfile
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from probtrans.errors import ProbtransError
+from probtrans.errors import ProbtransError, refused_write
 
 _TEMPORARY = ".{name}.*.partial"  # the temporary siblings of atomic_write
 
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], Any]) -> Path:
     """Write ``path`` through ``write(tmp_path)`` into a temporary sibling, then rename it over
-    ``path``. Creates missing parent folders; returns ``path`` as a :class:`~pathlib.Path`."""
+    ``path``. Creates missing parent folders; returns ``path`` as a :class:`~pathlib.Path`. A
+    write the machine refuses (disk full, read-only folder: :data:`~probtrans.errors.
+    WRITE_REFUSED`) raises :class:`~probtrans.errors.WriteRefused` naming ``path``; the previous
+    file is left as it was either way."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     prefix, suffix = _TEMPORARY.format(name=path.name).split("*")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
-    os.close(fd)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
+        os.close(fd)
         write(Path(tmp))
         os.chmod(tmp, 0o666 & ~_umask())  # as open() would create it, not mkstemp's 0600
         os.replace(tmp, path)
+    except OSError as err:
+        refused = refused_write(err, path)
+        if refused is None:
+            raise
+        raise refused from None
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def write_bytes(path: str | os.PathLike[str], content: bytes) -> Path:
+    return atomic_write(path, lambda tmp: tmp.write_bytes(content))
 
 
 def _umask() -> int:
@@ -71,15 +85,58 @@ def write_json(path: str | os.PathLike[str], value: object) -> Path:
     return write_text(path, json.dumps(value, indent=2) + "\n")
 
 
-def read_json(path: str | os.PathLike[str]) -> Any:
-    """The value of a JSON file; a missing or malformed file raises ProbtransError naming it."""
+class DamagedFile(ProbtransError):
+    """A file that exists but cannot be used as what it should be; the message names it."""
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        self.path = Path(path)
+        super().__init__(f"{path}: {reason}")
+
+
+def check_is_file(path: str | os.PathLike[str], what: str = "file") -> Path:
+    """``path`` if it is a file; else one error saying what is there instead."""
     path = Path(path)
+    if path.is_dir():
+        raise ProbtransError(f"{path}: is a folder, not a {what}")
     if not path.is_file():
-        raise ProbtransError(f"{path}: no such file")
+        raise ProbtransError(f"{path}: no such {what}")
+    return path
+
+
+@contextmanager
+def checked_read(path: str | os.PathLike[str], what: str) -> Iterator[None]:
+    """Read ``path`` (a ``what``, e.g. "run's tokenizer") in the block: any error but a
+    :class:`ProbtransError` becomes one :class:`DamagedFile` naming the file, what it should
+    be and the first line of the cause."""
     try:
-        return json.loads(path.read_bytes().decode("utf-8"))
+        yield
+    except ProbtransError:
+        raise
+    except Exception as err:  # the parser's own error: a damaged file, whatever its type
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise DamagedFile(path, f"damaged {what} ({first})") from None
+
+
+def read_json(path: str | os.PathLike[str], expect: type | None = None) -> Any:
+    """The value of a JSON file; a missing or malformed file, or (``expect``) a value of
+    another type, raises ProbtransError naming it."""
+    path = check_is_file(path)
+    try:
+        value = json.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ProbtransError(f"{path}: not a valid JSON file ({err})") from None
+        raise DamagedFile(path, f"not a valid JSON file ({err})") from None
+    if expect is not None and not isinstance(value, expect):
+        names = {dict: "an object", list: "a list"}
+        raise DamagedFile(
+            path, f"holds {json_kind(value)}, not {names.get(expect, expect.__name__)}"
+        )
+    return value
+
+
+def json_kind(value: Any) -> str:
+    """What a JSON value is, in words (for messages)."""
+    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+    return "null" if value is None else kinds.get(type(value), "a number")
 
 
 def save_png(figure: Any, path: str | os.PathLike[str], dpi: int = 120) -> Path:
@@ -99,15 +156,28 @@ def write_npz(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray]) ->
 
 def read_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """The arrays of an ``.npz`` file, refusing pickled objects; an unreadable file raises
-    ProbtransError naming it."""
+    ProbtransError naming it and saying what it holds instead."""
+    path = check_is_file(path)
+    with open(path, "rb") as fh:
+        head = fh.read(6)
+    if head.startswith(b"\x93NUMPY"):
+        raise DamagedFile(path, "one .npy array, not an .npz archive of named arrays")
+    if not head.startswith(b"PK"):
+        raise DamagedFile(path, f"not an .npz archive ({_shown(head)})")
     try:
-        loaded = np.load(path, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):  # one .npy array, not named arrays
-            raise ProbtransError(f"{path}: not an .npz archive of named arrays (one array)")
-        with loaded as arrays:
+        with np.load(path, allow_pickle=False) as arrays:
             return {name: arrays[name] for name in arrays.files}
     except ValueError as err:  # numpy's text suggests allow_pickle, which is not safe here
-        reason = "only pickled Python objects could be read, refused" * ("pickle" in str(err))
-        raise ProbtransError(f"{path}: not a readable .npz file ({reason or err})") from None
+        reason = "it holds pickled Python objects, refused" if "pickle" in str(err) else err
+        raise DamagedFile(path, f"not a readable .npz file ({reason})") from None
     except (OSError, EOFError, zipfile.BadZipFile) as err:
-        raise ProbtransError(f"{path}: not a readable .npz file ({err})") from None
+        raise DamagedFile(path, f"not a readable .npz file ({err})") from None
+
+
+def _shown(head: bytes) -> str:
+    """The first bytes of a file, for a message: empty, text, or escaped bytes."""
+    if not head:
+        return "it is empty"
+    text = head.decode("ascii", "backslashreplace")
+    looks = ", a text file?" if head.isascii() and head.decode().isprintable() else ""
+    return f"it starts with {text!r}{looks}"

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from probtrans.errors import ProbtransError
+from probtrans.errors import ProbtransError, refused_write
 
 
 def lock_path(folder: Path) -> Path:
@@ -60,14 +60,20 @@ def _acquire(path: Path) -> int:
 def folder_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None]:
     """Hold the lock of ``folder`` while the block runs (``command`` names the holder)."""
     path = lock_path(Path(folder))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = _acquire(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = _acquire(path)
+    except OSError as err:  # a read-only folder, a full disk: named
+        raise refused_write(err, path) or err from None
     try:
         stale = _read(fd)
         if stale:
             print(f"note: {path}: took over the stale lock of {stale}", file=sys.stderr)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (_holder(command) + "\n").encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (_holder(command) + "\n").encode(), 0)
+        except OSError as err:
+            raise refused_write(err, path) or err from None
         yield
     finally:
         os.unlink(path)

@@ -10,6 +10,7 @@ averaged out, that PSIS-LOO reads (:mod:`probtrans.elpd`).
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Callable, Sequence
 
@@ -302,3 +303,21 @@ def inference_data(
     for group in idata.groups():  # no time stamp: the same draws give the same file
         idata[group].attrs.pop("created_at", None)
     return idata
+
+
+def netcdf_bytes(idata: az.InferenceData) -> bytes:
+    """The NetCDF file (HDF5, zlib-compressed variables) of ``idata``, built in memory: the one
+    ``idata.to_netcdf`` writes, group after group. Written to disk by the caller, a disk that
+    fills up is an ordinary write error, never an HDF5 failure inside the file."""
+    buffer = io.BytesIO()
+    mode = "w"
+    for group in idata.groups():
+        data = idata[group]
+        encoding = {
+            name: {"zlib": True}
+            for name, values in data.variables.items()
+            if np.issubdtype(values.dtype, np.number) or values.dtype == bool
+        }
+        data.to_netcdf(buffer, mode=mode, group=group, engine="h5netcdf", encoding=encoding)
+        mode = "a"
+    return buffer.getvalue()
