@@ -449,7 +449,7 @@ INPUT_ERRORS = [
     ("in.jsonl", '{"text": 3}\n', "text", "in.jsonl:1: 'text' is a int, not a string"),
     ("in.jsonl", "\n\n", "text", "in.jsonl: no rows"),
     ("in.jsonl.gz", b"not gzip", "text", "in.jsonl.gz:1: not a gzip file"),
-    ("in.npz", b"not a zip", "image", "in.npz: not a readable .npz file"),
+    ("in.npz", b"not a zip", "image", "in.npz: not an .npz archive (it starts with 'not a '"),
 ]
 
 
@@ -478,10 +478,10 @@ def test_npz_files_that_are_not_archives_of_arrays_are_refused_safely(tmp_path):
         np.save(fh, np.zeros(3))  # one .npy array under an .npz name
     objects = tmp_path / "objects.npz"
     np.savez(objects, x=np.array([{"a": 1}], dtype=object))
-    for path, message in (
-        (text, "only pickled Python objects could be read, refused"),
-        (single, "not an .npz archive of named arrays"),
-        (objects, "only pickled Python objects could be read, refused"),
+    for path, message in (  # a text file is named as one, not as "a pickle"
+        (text, r"not an .npz archive \(it starts with 'hello', a text file\?\)"),
+        (single, "one .npy array, not an .npz archive of named arrays"),
+        (objects, "it holds pickled Python objects, refused"),
     ):
         with pytest.raises(ProbtransError, match=message) as caught:
             read_images(parse_source(str(path)))

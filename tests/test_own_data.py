@@ -335,6 +335,24 @@ def test_a_label_outside_the_listed_classes_is_named_by_file_and_line(tmp_path):
     assert message == f"{train}:22: label = 'meh': not one of the classes ['neg', 'pos']"
 
 
+def test_a_missing_value_label_is_refused_unless_labels_declares_it(tmp_path):
+    rows = [(text, "NaN" if i % 4 == 3 else y) for i, (text, y) in enumerate(corpus(40, 0))]
+    train = write_rows(tmp_path / "train.csv", rows)
+    message = error(load_data, data_spec(train=str(train)))
+    assert message.startswith(
+        f"{train}:5: 'label' is 'NaN', a missing value (list it in data.labels to make it a "
+        f"class); {train}:9: "
+    )
+    bundle = load_data(data_spec(train=str(train), labels=["neg", "pos", "NaN"]))
+    assert bundle.class_names == ["neg", "pos", "NaN"]
+    assert (bundle.train.labels == 2).sum() > 0
+    table = tmp_path / "train.parquet"  # a float NaN (a null) is missing, whatever labels says
+    labels = [float("nan") if y == "NaN" else y for _, y in rows]
+    pd.DataFrame({"text": [text for text, _ in rows], "label": labels}).to_parquet(table)
+    message = error(load_data, data_spec(train=str(table), labels=["neg", "pos", "NaN"]))
+    assert message.startswith(f"{table}: row 3: 'label' is missing; {table}: row 7: ")
+
+
 # ----------------------------------------------------------------------------- 5. fractions
 UNBALANCED = ("pos", "pos", "neg")  # 2/3 positive
 

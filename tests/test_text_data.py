@@ -14,12 +14,15 @@ import pytest
 import torch
 from tokenizers import pre_tokenizers
 
+from probtrans.checkpoint import load_checkpoint, save_checkpoint
+from probtrans.cli import main
 from probtrans.data import load_data, text_bundle, tokenizer
 from probtrans.data.files import parse_source, read_texts
 from probtrans.data.text import load_text_task, read_source, split_indices, split_sizes
 from probtrans.errors import ConfigError, ProbtransError
 from probtrans.resolve import load_model_spec
 from probtrans.specs import DataSpec
+from tests.test_bad_inputs import TINY_TEXT_MODEL, good_cola
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = os.environ.get("PROBTRANS_DATA_DIR")
@@ -144,6 +147,39 @@ def test_malformed_jsonl_rows_named_by_file_and_line(tmp_path):
     good.write_text(lines[0].decode() + "\n")
     rows = read_labelled_file(good)
     assert rows.values == ["good"] and rows.labels == [0]
+
+
+@pytest.mark.parametrize("damage", ["tokenizer", "labels", "ids"])
+def test_a_damaged_part_of_a_cache_file_is_set_aside_and_rebuilt(
+    tmp_path, monkeypatch, capsys, damage
+):
+    """Every part of a cache file is checked when read: a cached tokenizer that does not parse,
+    labels of another length, ids that are not integers: it is set aside and rebuilt."""
+    for name, content in good_cola().items():
+        (tmp_path / "data" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "data" / name).write_bytes(content)
+    monkeypatch.setenv("PROBTRANS_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("PROBTRANS_CACHE_DIR", str(tmp_path / "cache"))
+    model = tmp_path / "text.toml"
+    model.write_text(TINY_TEXT_MODEL.format(name="cola"))
+    assert main(["describe", str(model)]) == 0
+    (path,) = (tmp_path / "cache").glob("cola-*.pt")
+    payload = load_checkpoint(path)
+    if damage == "tokenizer":
+        payload["tokenizer"] = payload["tokenizer"][: len(payload["tokenizer"]) // 2]
+    elif damage == "labels":
+        payload["val_labels"] = payload["val_labels"][:-1]
+    else:
+        payload["train_ids"] = payload["train_ids"].float()
+    save_checkpoint(path, payload)
+    damaged = path.read_bytes()
+    capsys.readouterr()
+    assert main(["describe", str(model)]) == 0
+    err = capsys.readouterr().err
+    assert f"note: cache {path}: damaged content" in err and "rebuilt" in err, err
+    assert path.with_name(path.name + ".unreadable").read_bytes() == damaged
+    assert main(["describe", str(model)]) == 0
+    assert "note:" not in capsys.readouterr().err  # the rebuilt cache is read next time
 
 
 # ---------------------------------------------------------------------------- with the data

@@ -126,7 +126,11 @@ def load_ood_set(
     kind = "text" if bundle.kind == "tokens" else "image"
     read = read_texts if kind == "text" else read_images
     rows = read(
-        source, **_columns(kind, columns), split="test", labels=None if label_column else False
+        source,
+        **_columns(kind, columns),
+        split="test",
+        labels=None if label_column else False,
+        declared=spec.labels or (),
     )
     try:
         inputs, mask = bundle.encode(rows.values, str(source))
@@ -143,7 +147,13 @@ def _read(spec: DataSpec, source: Any, split: str, labels: bool | None) -> Rows:
         "label_column": spec.label_column,
     }
     read = read_texts if spec.kind == "text" else read_images
-    return read(source, **_columns(spec.kind, columns), split=split, labels=labels)
+    return read(
+        source,
+        **_columns(spec.kind, columns),
+        split=split,
+        labels=labels,
+        declared=spec.labels or (),
+    )
 
 
 def _columns(kind: str, columns: dict[str, str | None]) -> dict[str, str | None]:

@@ -22,9 +22,11 @@ messages are silenced while a saved folder is read.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import datasets
 import numpy as np
@@ -53,11 +55,13 @@ from probtrans.data.formats import (
     text_problem,
 )
 from probtrans.errors import ProbtransError
+from probtrans.io import check_is_file
 
 __all__ = [
     "HF_PREFIX",
     "Rows",
     "Source",
+    "check_data_file",
     "parse_source",
     "read_images",
     "read_inputs",
@@ -138,15 +142,22 @@ def parse_source(text: str, base: Path | None = None) -> Source:
 
 
 # ----------------------------------------------------------------------------- local files
+def check_data_file(path: str | os.PathLike[str]) -> Path:
+    """``path`` if it is a file; else one error saying it is missing, or that it is a folder
+    (a folder written by save_to_disk is read as ``hf:PATH``)."""
+    path = Path(path)
+    if path.is_dir():
+        raise ProbtransError(
+            f"{path}: is a folder, not a file (a folder written by save_to_disk is read as "
+            f"{HF_PREFIX}{path})"
+        )
+    return check_is_file(path)
+
+
 def _file_format(path: Path, kind: Kind, labels: bool | None) -> Format:
     """The format of ``path``, an existing file holding ``kind`` rows (with labels if
     ``labels`` is True)."""
-    if path.is_dir():
-        raise ProbtransError(
-            f"{path}: a folder; a folder written by save_to_disk is read as {HF_PREFIX}{path}"
-        )
-    if not path.is_file():
-        raise ProbtransError(f"{path}: no such file")
+    check_data_file(path)
     hint = f" or a Hugging Face dataset ({HF_PREFIX}ID)"
     return format_of(path, kind, _WHAT[kind], labels, hint)
 
@@ -162,7 +173,9 @@ def _checked(rows: Rows, options: ReadOptions, column: str | None) -> Rows:
             if (problem := text_problem(text, options.text_column))
         ]
     if rows.labels is not None:
-        rows.labels, label_problems = checked_labels(rows.labels, column or "", options.classes)
+        rows.labels, label_problems = checked_labels(
+            rows.labels, column or "", options.classes, options.declared
+        )
         problems = sorted(problems + label_problems, key=lambda problem: problem[0])
     raise_problems(problems, rows.where)
     return rows
@@ -212,16 +225,19 @@ def read_texts(
     labels: bool | None = True,
     classes: int | None = None,
     header: tuple[str, ...] | None = None,
+    declared: Sequence[Any] = (),
 ) -> Rows:
     """The texts of ``source`` (a file, a saved folder or a hub dataset) and their labels.
 
     ``split`` is the split read from a folder or hub dataset when ``source`` names none.
     ``labels``: True, the ``label_column`` is required; None, read when present; False (or no
     ``label_column``), not read. ``classes``: labels must be integers 0..classes−1.
-    ``header``: the column names of a header-less CSV/TSV file. Raises ProbtransError naming
-    the source for a missing file, an unknown extension, a missing column, a file without rows,
-    a file that cannot be parsed (``FILE:LINE: problem``) and rows with a missing, non-string
-    or empty text or a missing or invalid label (the first rows, ``WHERE: problem``).
+    ``header``: the column names of a header-less CSV/TSV file. ``declared``: the classes
+    ``data.labels`` lists (a declared "NaN" is a label, else a missing value). Raises
+    ProbtransError naming the source for a missing file, an unknown extension, a missing
+    column, a file without rows, a file that cannot be parsed (``FILE:LINE: problem``) and rows
+    with a missing, non-string or empty text or a missing or invalid label (the first rows,
+    ``WHERE: problem``).
     """
     options = ReadOptions(
         text_column=text_column,
@@ -229,6 +245,7 @@ def read_texts(
         labels=labels,
         classes=classes,
         header=header,
+        declared=tuple(declared),
     )
     if source.path is not None and not _is_folder(source):
         rows = _file_format(source.path, "text", labels).read(source.path, options)
@@ -282,17 +299,24 @@ def read_images(
     label_column: str | None = "label",
     split: str = "train",
     labels: bool | None = True,
+    declared: Sequence[Any] = (),
 ) -> Rows:
     """The images of ``source`` (N, C, H, W), in the source's dtype, and their labels.
 
     An ``.npz`` file holds the images in the array ``x`` ((N, H, W) is one channel) and the
     labels in ``y``; a saved folder or hub dataset holds them in ``image_column`` (PIL images
-    or arrays (H, W) or (H, W, C), all of one shape) and ``label_column``. ``split`` and
-    ``labels`` as for :func:`read_texts`. Raises ProbtransError naming the source (and the
-    array or row) for a missing file, an unknown extension, a missing array or column, arrays of
-    the wrong shape or dtype, NaN values, images of different shapes and missing labels.
+    or arrays (H, W) or (H, W, C), all of one shape) and ``label_column``. ``split``,
+    ``labels`` and ``declared`` as for :func:`read_texts`. Raises ProbtransError naming the
+    source (and the array or row) for a missing file, an unknown extension, a missing array or
+    column, arrays of the wrong shape or dtype, NaN values, images of different shapes and
+    missing labels.
     """
-    options = ReadOptions(image_column=image_column, label_column=label_column, labels=labels)
+    options = ReadOptions(
+        image_column=image_column,
+        label_column=label_column,
+        labels=labels,
+        declared=tuple(declared),
+    )
     if source.path is not None and not _is_folder(source):
         rows = _file_format(source.path, "image", labels).read(source.path, options)
         return _checked(rows, options, LABEL_ARRAY)
@@ -316,9 +340,11 @@ def read_inputs(
     text_column: str = "text",
     image_column: str = "image",
     label_column: str | None = "label",
+    declared: Sequence[Any] = (),
 ) -> Rows:
     """The inputs of ``probtrans predict``, of ``kind`` "text" or "image", with their labels
-    when the source has a label column.
+    when the source has a label column (``declared``: the run's ``data.labels``, see
+    :func:`read_texts`).
 
     ``text``: ``-`` (texts only) reads standard input, one text per line; anything else is a
     source (:func:`parse_source`, relative to the working directory) read by :func:`read_texts`
@@ -340,10 +366,16 @@ def read_inputs(
             label_column=label_column,
             split="test",
             labels=None,
+            declared=declared,
         )
     if text.strip() == STDIN:
         return read_lines(None)
     source = parse_source(text)
     return read_texts(
-        source, text_column=text_column, label_column=label_column, split="test", labels=None
+        source,
+        text_column=text_column,
+        label_column=label_column,
+        split="test",
+        labels=None,
+        declared=declared,
     )

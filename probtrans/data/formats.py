@@ -31,7 +31,7 @@ import re
 import sys
 import tempfile
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +47,11 @@ MAX_REPORTED = 5  # malformed rows listed in one error message
 IMAGE_ARRAY = "x"  # the images of an .npz file
 LABEL_ARRAY = "y"  # the labels of an .npz file
 _INTEGER = re.compile(r"\s*[+-]?\d+\s*")
+#: label strings that mean "no value" (compared in lower case, stripped): refused as labels
+#: unless ``data.labels`` lists them (:func:`checked_label`)
+MISSING_WORDS = frozenset({"nan", "-nan", "na", "n/a", "#n/a", "<na>", "null", "none"})
+SHOWN_NAME = 60  # the longest a column or array name is shown in messages (:func:`shown`)
+MAX_LISTED = 12  # names listed in one message (:func:`listed`)
 
 Kind = Literal["text", "image"]
 
@@ -69,8 +74,9 @@ class Rows:
 class ReadOptions:
     """What a reader reads: the columns, whether labels are read (True: required; None: when
     present; False or no ``label_column``: not read), the classes integer labels must lie in
-    (0..classes−1; None: any integer or string) and, for a header-less CSV/TSV file, its column
-    names."""
+    (0..classes−1; None: any integer or string), for a header-less CSV/TSV file its column
+    names, and the labels declared as classes (``data.labels``: a declared ``"NaN"`` is a
+    class, not a missing value)."""
 
     text_column: str = "text"
     image_column: str = "image"
@@ -78,6 +84,7 @@ class ReadOptions:
     labels: bool | None = True
     classes: int | None = None
     header: tuple[str, ...] | None = None
+    declared: tuple[Any, ...] = ()
 
     @property
     def read_labels(self) -> bool:
@@ -176,12 +183,16 @@ def text_problem(value: object, column: str) -> str | None:
 
 
 def checked_label(
-    value: object, column: str, classes: int | None = None
+    value: object, column: str, classes: int | None = None, declared: Collection[Any] = ()
 ) -> tuple[int | str | None, str | None]:
     """(the label, None), or (None, why ``value`` is not a label): labels are integers or
-    strings; an integral float becomes an integer; None, "" and NaN are missing. With
-    ``classes``, a label is an integer (or integer string) in 0..classes−1."""
+    strings; an integral float becomes an integer; None, "" and NaN are missing, and so are
+    the strings of :data:`MISSING_WORDS` ("NaN", "N/A", "null"...) unless ``declared`` (the
+    classes ``data.labels`` lists) holds them. With ``classes``, a label is an integer (or
+    integer string) in 0..classes−1."""
     label: int | str | None = None
+    if isinstance(value, str) and value in declared:
+        return value, None
     if value is None or (isinstance(value, str) and not value.strip()):
         return None, f"{column!r} is missing"
     if isinstance(value, bool | np.bool_):
@@ -199,6 +210,11 @@ def checked_label(
     else:
         return None, f"{column!r} is a {type(value).__name__}, not an integer or a string"
     if classes is None:
+        if isinstance(label, str) and label.strip().lower() in MISSING_WORDS:
+            return None, (
+                f"{column!r} is {label!r}, a missing value (list it in data.labels to make it "
+                f"a class)"
+            )
         return label, None
     if isinstance(label, str):
         if not _INTEGER.fullmatch(label):
@@ -210,13 +226,14 @@ def checked_label(
 
 
 def checked_labels(
-    values: list, column: str, classes: int | None = None
+    values: list, column: str, classes: int | None = None, declared: Collection[Any] = ()
 ) -> tuple[list[int | str], list[tuple[int, str]]]:
-    """The labels of ``values`` and the problems of the rows that hold none."""
+    """The labels of ``values`` and the problems of the rows that hold none
+    (:func:`checked_label`)."""
     labels: list[int | str] = []
     problems: list[tuple[int, str]] = []
     for row, value in enumerate(values):
-        label, problem = checked_label(value, column, classes)
+        label, problem = checked_label(value, column, classes, declared)
         if problem:
             problems.append((row, problem))
         labels.append(label)  # None only in a row with a problem
@@ -225,7 +242,9 @@ def checked_labels(
 
 def require_column(name: str, columns: list[str], column: str, what: str) -> None:
     if column not in columns:
-        raise ProbtransError(f"{name}: no {what} column {column!r} (columns: {listed(columns)})")
+        raise ProbtransError(
+            f"{name}: no {what} column {shown(column)} (columns: {listed(columns)})"
+        )
 
 
 def label_to_read(name: str, columns: list[str], options: ReadOptions) -> str | None:
@@ -243,7 +262,23 @@ def label_to_read(name: str, columns: list[str], options: ReadOptions) -> str | 
 
 
 def listed(names: Iterable[str]) -> str:
-    return ", ".join(map(repr, names)) or "none"
+    """``'a', 'b', ...`` for a message: each name :func:`shown`, the first :data:`MAX_LISTED`."""
+    names = list(names)
+    more = f", ... ({len(names)} in all)" if len(names) > MAX_LISTED else ""
+    return ", ".join(map(shown, names[:MAX_LISTED])) + more or "none"
+
+
+def shown(name: object) -> str:
+    """A name read from a file (a column, an array) as a message shows it: quoted, with
+    characters that are not printable escaped (as ``repr`` does), and cut to
+    :data:`SHOWN_NAME` characters with its length said."""
+    text = repr(name)
+    if len(text) <= SHOWN_NAME or not isinstance(name, str):
+        return text[: SHOWN_NAME * 2]
+    cut = name[:SHOWN_NAME]
+    while len(repr(cut)) > SHOWN_NAME:
+        cut = cut[:-1]
+    return f"{cut!r}... ({len(name)} characters)"
 
 
 def row_index(name: str) -> Callable[[int], str]:
@@ -420,7 +455,7 @@ def _row_problems(row: dict[str, Any], options: ReadOptions, label: str | None) 
     (required, or the row has it)."""
     problems = [text_problem(row.get(options.text_column), options.text_column)]
     if label and (options.labels is True or label in row):
-        problems.append(checked_label(row.get(label), label, options.classes)[1])
+        problems.append(checked_label(row.get(label), label, options.classes, options.declared)[1])
     return [problem for problem in problems if problem]
 
 

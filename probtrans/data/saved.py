@@ -19,18 +19,47 @@ same numbers from its folder as from its data files.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
 from tokenizers import Tokenizer
 
 from probtrans.checkpoint import load_checkpoint, require, save_checkpoint
 from probtrans.data.bundle import DataBundle, DataSplit, ImageScaling
-from probtrans.errors import ProbtransError
-from probtrans.io import read_json, write_json, write_text
+from probtrans.io import DamagedFile, check_is_file, checked_read, read_json, write_json, write_text
+from probtrans.specs.base import explain
 from probtrans.summary import ood_sets
 
 DATA_FILES = ("data.json", "data.pt", "tokenizer.json")
 FORMAT = 1
+
+
+class _Checked(BaseModel):
+    """A table of ``data.json``, checked when read: types not converted (an integer is a
+    number), keys written by later versions ignored."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class SavedScaling(_Checked):
+    eight_bit: bool
+    mean: list[float] | None
+    std: list[float] | None
+
+
+class SavedData(_Checked):
+    """What ``data.json`` must hold (:func:`save_bundle` writes it)."""
+
+    format: Literal[1]
+    name: str
+    kind: Literal["image", "tokens"]
+    class_names: list[str]
+    image_shape: list[int] | None
+    vocab_size: int | None
+    tokenizer: bool
+    scaling: SavedScaling
+    description: dict
 
 
 def save_bundle(folder: Path, bundle: DataBundle, with_train: bool = False) -> None:
@@ -63,41 +92,63 @@ def load_saved_bundle(folder: Path) -> DataBundle | None:
     """The data set saved in run folder ``folder``, or None if it has none (a run written
     before runs kept their data). Without a saved training split, ``train`` is empty."""
     info_path = folder / "data.json"
-    if not info_path.is_file():
+    if not info_path.exists():
         return None
-    info = read_json(info_path)
+    info = read_saved_data(info_path)
     path = folder / "data.pt"
     packed = require(load_checkpoint(path), path, ["val", "test"])
     scaling = ImageScaling(
-        info["scaling"]["eight_bit"],
-        tuple(info["scaling"]["mean"]) if info["scaling"]["mean"] else None,
-        tuple(info["scaling"]["std"]) if info["scaling"]["std"] else None,
+        info.scaling.eight_bit,
+        tuple(info.scaling.mean) if info.scaling.mean else None,
+        tuple(info.scaling.std) if info.scaling.std else None,
     )
     tokenizer = None
-    if info["tokenizer"]:
-        tokenizer_path = folder / "tokenizer.json"
-        if not tokenizer_path.is_file():
-            raise ProbtransError(f"{tokenizer_path}: no such file (the run's tokenizer)")
-        tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    splits = {
-        name: _unpack(value, scaling) for name, value in packed.items() if isinstance(value, dict)
-    }
-    if "train" not in splits:  # kept only where needed: an empty split of the same kind
-        splits["train"] = _empty_like(splits["val"])
+    if info.tokenizer:
+        tokenizer_path = check_is_file(folder / "tokenizer.json", "file (the run's tokenizer)")
+        with checked_read(tokenizer_path, "tokenizer"):
+            tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        size = tokenizer.get_vocab_size()
+        if info.vocab_size is not None and size != info.vocab_size:
+            raise DamagedFile(
+                tokenizer_path,
+                f"not the run's tokenizer: {size} words, the run's has {info.vocab_size} "
+                f"(data.json)",
+            )
+    with checked_read(path, "saved data"):
+        splits = {
+            name: _unpack(value, scaling)
+            for name, value in packed.items()
+            if isinstance(value, dict)
+        }
+        missing = [name for name in ("val", "test") if name not in splits]
+        if missing:
+            raise ValueError(f"no {' nor '.join(missing)} split")
+        if "train" not in splits:  # kept only where needed: an empty split of the same kind
+            splits["train"] = _empty_like(splits["val"])
     return DataBundle(
-        name=info["name"],
+        name=info.name,
         train=splits["train"],
         val=splits["val"],
         test=splits["test"],
         ood=ood_sets(splits),
-        class_names=list(info["class_names"]),
-        kind=info["kind"],
-        image_shape=tuple(info["image_shape"]) if info["image_shape"] else None,
-        vocab_size=info["vocab_size"],
-        description=info["description"],
+        class_names=info.class_names,
+        kind=info.kind,
+        image_shape=tuple(info.image_shape) if info.image_shape else None,
+        vocab_size=info.vocab_size,
+        description=info.description,
         tokenizer=tokenizer,
         scaling=scaling,
     )
+
+
+def read_saved_data(path: Path) -> SavedData:
+    """``data.json`` of a run folder, checked: a damaged file, or a field missing or of the
+    wrong type, raises :class:`~probtrans.io.DamagedFile` naming the file and the field."""
+    try:
+        return SavedData.model_validate(read_json(path, expect=dict))
+    except ValidationError as err:
+        problem = explain(SavedData, err)
+        raise DamagedFile(path, f"damaged run data description: {problem}") from None
 
 
 def _pack(split: DataSplit, scaling: ImageScaling) -> dict[str, torch.Tensor]:

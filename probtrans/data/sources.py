@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from probtrans.data.bundle import DataBundle
-from probtrans.data.digits import load_digits_bundle
+from probtrans.data.digits import held_out_name, load_digits_bundle
 from probtrans.data.file_bundle import add_ood_sets, load_file_bundle
-from probtrans.data.text_bundle import load_text_bundle
+from probtrans.data.text_bundle import OOD_NAMES, load_text_bundle
 from probtrans.registry import Registry
 from probtrans.specs import DataSpec
 from probtrans.specs.model import FILES
@@ -23,18 +23,30 @@ from probtrans.specs.model import FILES
 
 @dataclass(frozen=True)
 class DataSource:
-    """A registered data set: its loader, and whether its inputs are images (positions are
-    patches, so ``data.max_len`` does not apply); your files say it with ``data.kind``."""
+    """A registered data set: its loader, whether its inputs are images (positions are
+    patches, so ``data.max_len`` does not apply; your files say it with ``data.kind``), and the
+    names of the out-of-domain sets it brings itself (the ``[[data.ood]]`` sets come on top)."""
 
     load: Callable[[DataSpec, Path | None], DataBundle]
     image: bool = False
+    ood_names: Callable[[DataSpec], list[str]] = lambda spec: []
 
 
 #: ``data.name`` → source
 DATA_SOURCES: Registry[DataSource] = Registry("data set")
-DATA_SOURCES.register("digits", DataSource(lambda spec, _: load_digits_bundle(spec), image=True))
-DATA_SOURCES.register("imdb", DataSource(lambda spec, _: load_text_bundle(spec)))  # CR as OOD
-DATA_SOURCES.register("cola", DataSource(lambda spec, _: load_text_bundle(spec)))  # its OOD dev
+DATA_SOURCES.register(
+    "digits",
+    DataSource(
+        lambda spec, _: load_digits_bundle(spec),
+        image=True,
+        ood_names=lambda spec: [held_out_name(spec.ood_classes)],
+    ),
+)
+TEXT_TASK = DataSource(
+    lambda spec, _: load_text_bundle(spec), ood_names=lambda spec: [OOD_NAMES[spec.name]]
+)
+DATA_SOURCES.register("imdb", TEXT_TASK)  # CR as OOD
+DATA_SOURCES.register("cola", TEXT_TASK)  # its out-of-domain dev
 DATA_SOURCES.register(FILES, DataSource(load_file_bundle))  # your files: data.train (and the rest)
 
 
@@ -42,6 +54,11 @@ def is_image(spec: DataSpec) -> bool:
     """Whether the data of ``spec`` are images: your files of ``kind = "image"``, or an image
     data source."""
     return spec.kind == "image" or DATA_SOURCES.get(spec.name, "data.name").image
+
+
+def ood_set_names(spec: DataSpec) -> list[str]:
+    """The out-of-domain sets the data of ``spec`` will have, known without loading them."""
+    return DATA_SOURCES.get(spec.name, "data.name").ood_names(spec) + [o.name for o in spec.ood]
 
 
 def load_data(spec: DataSpec, base: Path | None = None) -> DataBundle:

@@ -4,9 +4,11 @@ The rows of the task (:mod:`probtrans.data.text`) are tokenised with a vocabular
 training split (:mod:`probtrans.data.tokenizer`). Bundles are cached in ``$PROBTRANS_CACHE_DIR``
 (default ``~/.cache/probtrans``) under a hash of the source files' sizes and modification times,
 the protocol, the seed and the tokenisation settings, so a second load neither re-reads nor
-re-tokenises the text. Cache files are checkpoints: tensors and strings, loaded safely. A cache
-file that cannot be read, or lacks part of the bundle, is set aside as ``NAME.pt.unreadable``
-(replacing an older one) and rebuilt, with a note saying so.
+re-tokenises the text. Cache files are checkpoints: tensors and strings, loaded safely, and every
+part is checked when read (:func:`unpacked`). A cache file that cannot be read, lacks part of the
+bundle or holds a damaged part (a tokenizer that does not parse, tensors of another type or
+length) is set aside as ``NAME.pt.unreadable`` (replacing an older one) and rebuilt, with a note
+saying so.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 from tokenizers import Tokenizer
 
 from probtrans.checkpoint import load_cached, save_checkpoint
-from probtrans.data.bundle import DataBundle, DataSplit
+from probtrans.data.bundle import NO_LABEL, DataBundle, DataSplit
 from probtrans.data.text import (
     TASK_SOURCES,
     TextTask,
@@ -75,13 +77,41 @@ def tokenise(task: TextTask, spec: DataSpec) -> dict:
     return payload
 
 
+def unpacked(payload: dict) -> tuple[Tokenizer, list[str], dict[str, DataSplit]]:
+    """The tokenizer, class names and splits of a cache payload (:func:`tokenise`), each part
+    checked: a part that is not what :func:`tokenise` writes raises an error saying which."""
+    try:
+        tokenizer = Tokenizer.from_str(payload["tokenizer"])
+    except Exception as err:  # the tokenizers library's own error: a damaged part
+        raise ValueError(f"tokenizer: {err}") from None
+    names = payload["class_names"]
+    if not isinstance(names, list) or len(names) < 2 or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"class_names is not a list of class names: {names!r:.80}")
+    vocab = tokenizer.get_vocab_size()
+    splits = {}
+    for name in SPLITS:
+        ids, labels = payload[f"{name}_ids"], payload[f"{name}_labels"]
+        if not isinstance(ids, torch.Tensor) or ids.ndim != 2 or ids.is_floating_point():
+            raise ValueError(f"{name}_ids is not a tensor of token ids (N, L)")
+        if not isinstance(labels, torch.Tensor) or labels.shape != (len(ids),):
+            raise ValueError(f"{name}_labels is not a tensor of {len(ids)} labels (N,)")
+        if labels.dtype != torch.long:
+            raise ValueError(f"{name}_labels has dtype {labels.dtype}, not int64")
+        if ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < vocab):
+            raise ValueError(f"{name}_ids holds ids outside the tokenizer's {vocab} words")
+        if len(labels) and not (NO_LABEL <= int(labels.min()) and int(labels.max()) < len(names)):
+            raise ValueError(f"{name}_labels holds labels outside the {len(names)} classes")
+        ids = ids.long()
+        splits[name] = DataSplit(ids, labels, ids != 0)
+    return tokenizer, list(names), splits
+
+
 def load_text_bundle(spec: DataSpec) -> DataBundle:
     """The tokenised :class:`DataBundle` of ``spec`` (IMDB or CoLA), from the cache if there."""
     key = cache_key(spec, TASK_SOURCES[spec.name])
     path = cache_dir() / f"{spec.name}-{spec.protocol}-{key}.pt"
-    payload = load_cached(path, PAYLOAD_KEYS)
-    cached = payload is not None
-    if payload is None:
+    cached = load_cached(path, PAYLOAD_KEYS, unpacked)
+    if cached is None:
         payload = tokenise(load_text_task(spec.name, spec.protocol, spec.split_seed), spec)
         try:
             save_checkpoint(path, payload)
@@ -90,19 +120,14 @@ def load_text_bundle(spec: DataSpec) -> DataBundle:
                 f"cache {path}: cannot be written ({err.strerror}); set ${CACHE_DIR_ENV} to a "
                 f"writable folder"
             ) from None
-    tokenizer = Tokenizer.from_str(payload["tokenizer"])
-
-    def split(name: str) -> DataSplit:
-        ids = payload[f"{name}_ids"].long()
-        return DataSplit(ids, payload[f"{name}_labels"], ids != 0)
-
+    tokenizer, class_names, splits = unpacked(payload) if cached is None else cached
     return DataBundle(
         name=spec.name,
-        train=split("train"),
-        val=split("val"),
-        test=split("test"),
-        ood={OOD_NAMES[spec.name]: split("ood")},
-        class_names=list(payload["class_names"]),
+        train=splits["train"],
+        val=splits["val"],
+        test=splits["test"],
+        ood={OOD_NAMES[spec.name]: splits["ood"]},
+        class_names=class_names,
         kind="tokens",
         vocab_size=tokenizer.get_vocab_size(),
         description={
@@ -112,7 +137,7 @@ def load_text_bundle(spec: DataSpec) -> DataBundle:
             "ood": "CR test sentences" if spec.name == "imdb" else "CoLA out-of-domain dev",
             "max_len": spec.max_len,
             "cache": str(path),
-            "from_cache": cached,
+            "from_cache": cached is not None,
         },
         tokenizer=tokenizer,
     )
