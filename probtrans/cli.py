@@ -1,13 +1,16 @@
 """The ``probtrans`` command: fit, evaluate, predict, describe, compare, corrections, schema.
 
-User errors (missing file, unknown key, bad value) print one ``error:`` line naming the file or
-field and exit with status 2; nothing already written is touched. Any other exception prints one
-``error:`` line with the command and a hint and exits with status 1 (``--debug`` shows the
-traceback); an interrupted command exits with status 130.
+User errors (missing file, unknown key, bad value) and writes the machine refuses (disk full,
+read-only folder) print one ``error:`` line naming the file, field or folder and exit with
+status 2; nothing already written is touched. Any other exception prints one ``error:`` line
+with the command and a hint and exits with status 1 (``--debug`` shows the traceback). A
+command interrupted by Ctrl-C exits with status 130, one stopped by SIGTERM or SIGHUP (a job
+scheduler, ``timeout``) the same way with 143 or 129: the line says what was kept.
 
 ``fit`` and ``compare`` also run as N data-parallel processes started by ``torchrun
 --nproc_per_node N -m probtrans ...`` (:mod:`probtrans.distributed`): rank 0 prints and writes,
-the other processes print only errors of their own.
+the other processes print only errors of their own. Any other command runs on rank 0 alone;
+the other processes exit at once with status 0.
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from probtrans.errors import ConfigError, ProbtransError
+from probtrans.errors import ConfigError, ProbtransError, refused_write
 from probtrans.metrics import UNCERTAINTY_SCORES
 
 DEFAULT_MODEL = "models/digits/h_sto.toml"
@@ -79,11 +84,11 @@ def ood_option(text: str) -> tuple[str, str]:
 def cmd_fit(args: argparse.Namespace) -> int:
     from probtrans.distributed import current
     from probtrans.runs import fit
-    from probtrans.runs.folder import read_timing
+    from probtrans.runs.folder import read_timing, run_name
 
     check_run_options(args)
     model, inference = spec_path(args.model), spec_path(args.inference)
-    out = Path(args.out or f"runs/{model.parent.name}-{model.stem}-{inference.stem}")
+    out = Path(args.out or f"runs/{run_name(model, inference)}")
     run = fit(
         model,
         inference,
@@ -133,15 +138,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from probtrans.data.file_bundle import label_indices
-    from probtrans.data.files import HF_PREFIX, read_inputs
+    from probtrans.data.files import HF_PREFIX, check_data_file, read_inputs
     from probtrans.data.formats import find_format, formats, suffixes
     from probtrans.prediction import write_predictions
     from probtrans.runs import load_run
 
     check_run_options(args)
     local = args.input != "-" and not args.input.startswith(HF_PREFIX)
-    if local and not Path(args.input).exists():  # before loading the run
-        raise ProbtransError(f"{args.input}: no such file")
+    if local:  # before loading the run
+        check_data_file(args.input)
     out = Path(args.out) if args.out else None
     if out is not None and find_format(out, formats(writable=True)) is None:
         raise ProbtransError(f"--out {out}: must end in {suffixes(formats(writable=True))}")
@@ -155,6 +160,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         text_column=spec.text_column,
         image_column=spec.image_column,
         label_column=spec.label_column,
+        declared=spec.labels or (),
     )
     labels = label_indices(rows, run.data, spec, "input").numpy() if rows.labels else None
     try:
@@ -259,7 +265,7 @@ def parser() -> argparse.ArgumentParser:
     fit = sub.add_parser("fit", help="train by SVI, evaluate, write a run folder")
     fit.add_argument("model", nargs="?", default=DEFAULT_MODEL, help="model spec (TOML)")
     fit.add_argument("--inference", default=DEFAULT_INFERENCE, help="inference spec (TOML)")
-    fit.add_argument("--out", help="run folder (default runs/<data>-<model>-<inference>)")
+    fit.add_argument("--out", help="run folder (default runs/<model folder>-<model>-<inference>)")
     fit.add_argument("--epochs", type=int, help="override train.epochs")
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -353,19 +359,46 @@ def parser() -> argparse.ArgumentParser:
 
 #: the commands that may run as several processes under torchrun
 DATA_PARALLEL = ("fit", "compare")
+#: the signals a job scheduler (or ``timeout``) stops a command with, handled as Ctrl-C
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: a command stops as on Ctrl-C (the last finished epoch kept, the lock
+    released) and exits with 128 + the signal's number."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def stop_signals_as_interrupts() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`Stopped` in the block (a second one is ignored while
+    the command cleans up); the previous handlers come back afterwards."""
+    if threading.current_thread() is not threading.main_thread():  # no handlers there
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        for ignored in STOP_SIGNALS:
+            signal.signal(ignored, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    previous = {signum: signal.signal(signum, stop) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 @contextlib.contextmanager
 def processes_of(args: argparse.Namespace) -> Iterator[bool]:
     """The process group of a command started by torchrun (yields whether this process is rank
-    0, the one that prints); a command that cannot run on several processes is refused."""
+    0, the one that prints)."""
     from probtrans import distributed
 
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and args.command not in DATA_PARALLEL:
-        raise ProbtransError(
-            f"probtrans {args.command} runs as one process; start it without torchrun (only "
-            f"{' and '.join(DATA_PARALLEL)} train on several processes)"
-        )
     with distributed.process_group(getattr(args, "device", "cpu")) as processes:
         if processes.is_main:
             yield True
@@ -374,31 +407,68 @@ def processes_of(args: argparse.Namespace) -> Iterator[bool]:
             yield False
 
 
+def one_process_only(command: str) -> bool:
+    """Whether this process, started by torchrun, is one that a command running as one process
+    leaves alone (rank ≥ 1); rank 0 runs it, with a note."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or command in DATA_PARALLEL:
+        return False
+    if int(os.environ.get("RANK", "0")) > 0:
+        return True
+    print(
+        f"note: probtrans {command} runs as one process: rank 0 runs it, the other processes "
+        f"torchrun started exit (only {' and '.join(DATA_PARALLEL)} train on several)",
+        file=sys.stderr,
+    )
+    return False
+
+
+def with_notes(err: BaseException) -> str:
+    """The error's message and the notes added on its way up (what was kept, ...)."""
+    return "; ".join([str(err), *getattr(err, "__notes__", [])])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if one_process_only(args.command):
+        return 0
     main_process = True
     try:
-        with processes_of(args) as main_process:
+        with stop_signals_as_interrupts(), processes_of(args) as main_process:
             return args.run(args)
     except ProbtransError as err:
         if main_process:  # the other processes raise the errors rank 0 shares
-            print(f"error: {err}", file=sys.stderr)
+            print(f"error: {with_notes(err)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"error: probtrans {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:
+        stopped = isinstance(err, Stopped)
+        how = f"stopped by {err}" if stopped else "interrupted"
+        err.args = ()  # the message is the notes alone
+        print(f"error: probtrans {args.command}: {how}{with_notes(err)}", file=sys.stderr)
+        return 128 + err.signum if stopped else 130
+    except OSError as err:
+        refused = refused_write(err)
+        if refused is None:
+            return unexpected(err, args)
+        print(f"error: probtrans {args.command}: {with_notes(refused)}", file=sys.stderr)
+        return 2
     except Exception as err:  # a fault of probtrans or of the machine, not of the input
-        if args.debug:
-            traceback.print_exc()
-        first = (str(err).strip().splitlines() or [""])[0]
-        hint = "" if args.debug else "; run again with --debug for the traceback"
-        what = "out of memory" if isinstance(err, MemoryError) else f"{type(err).__name__}: {first}"
-        print(
-            f"error: probtrans {args.command} failed unexpectedly ({what}){hint}, and please "
-            f"report it if the input looks right",
-            file=sys.stderr,
-        )
-        return 1
+        return unexpected(err, args)
+
+
+def unexpected(err: Exception, args: argparse.Namespace) -> int:
+    """An exception that is neither the input's fault nor the machine's: one line with a hint
+    (``--debug``: the traceback), exit 1."""
+    if args.debug:
+        traceback.print_exc()
+    first = (str(err).strip().splitlines() or [""])[0]
+    hint = "" if args.debug else "; run again with --debug for the traceback"
+    what = "out of memory" if isinstance(err, MemoryError) else f"{type(err).__name__}: {first}"
+    print(
+        f"error: probtrans {args.command} failed unexpectedly ({what}){hint}, and please "
+        f"report it if the input looks right",
+        file=sys.stderr,
+    )
+    return 1
 
 
 if __name__ == "__main__":

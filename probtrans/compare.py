@@ -24,9 +24,12 @@ command line, or a preset file (``results/presets/*.toml``)::
     paper = "20.09 / 16.46"    # the paper's number, printed beside ours
 
 Every (model, inference, seed) is trained once into ``OUT/runs/`` and shared by the methods
-that use it; a run whose ``metrics.json`` and ``probs.npz`` exist and that was trained for the
-epochs asked is reused, and a run interrupted during training continues from its last finished
-epoch (:func:`probtrans.runs.fit`), so an interrupted comparison resumes where it stopped.
+that use it. A complete run is reused only if the spec texts its checkpoint keeps are the spec
+files' texts today, and its seed and epochs are those asked (:func:`reuse_note`); otherwise it
+is trained again, with a note saying why. A run interrupted during training continues from its
+last finished epoch (:func:`probtrans.runs.fit`), so an interrupted comparison resumes where it
+stopped. A method given twice, and methods whose data cannot share a table (images against
+texts, other out-of-domain sets), are refused before anything is trained.
 Each row is the mean ± standard deviation over seeds of :func:`probtrans.summary.summarise`,
 computed from the runs' ``probs.npz``: the ``id_metric``, the metrics marked ``compared``
 (:func:`probtrans.summary.comparison_metrics`), the held-out ELPD and the out-of-domain
@@ -47,14 +50,23 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from probtrans import calibration, distributed, figures
+from probtrans.checkpoint import load_checkpoint, require
+from probtrans.data.sources import is_image, ood_set_names
 from probtrans.elpd import POINT_MASS, UNRELIABLE, heldout_elpd, standard_error
 from probtrans.errors import ConfigError
 from probtrans.io import read_json, save_png, write_text
 from probtrans.metrics import METRICS, UNCERTAINTY_SCORES
 from probtrans.resolve import load_inference_spec, load_model_spec
 from probtrans.runs import fit
-from probtrans.runs.folder import RunInfo, read_probs, read_timing
-from probtrans.specs import Comparison, Method, read_spec
+from probtrans.runs.folder import (
+    RunInfo,
+    check_samples,
+    read_probs,
+    read_timing,
+    run_name,
+    spec_label,
+)
+from probtrans.specs import Comparison, Method, read_spec, read_spec_text
 from probtrans.summary import comparison_metrics, summarise
 
 
@@ -69,7 +81,8 @@ def load_preset(path: str | Path) -> Comparison:
             if not spec.is_absolute() and not spec.is_file():
                 spec = root / spec
             if not spec.is_file():
-                raise ConfigError(f"{path}: method {method.name!r}: {name} {spec}: no such file")
+                what = "is a folder, not a file" if spec.is_dir() else "no such file"
+                raise ConfigError(f"{path}: method {method.name!r}: {name} {spec}: {what}")
             setattr(method, name, str(spec))
     return comparison
 
@@ -82,15 +95,29 @@ def missing_variant(method: Method) -> ConfigError:
 
 
 def check_methods(comparison: Comparison) -> None:
-    """Read every method's specs and check its variant, and that methods sharing a run agree on
-    its epochs, before anything is trained."""
+    """Before anything is trained: read every method's specs and check its variant; refuse a
+    method given twice, methods that share a run but not its epochs, and methods whose data
+    cannot share one table (images against texts, other out-of-domain sets)."""
     UNCERTAINTY_SCORES.get(comparison.ood_score, f"{comparison.file}: ood_score")  # or ConfigError
     sharing: dict[tuple[str, str], Method] = {}  # (model, inference) → first method training it
+    seen: dict[str, Method] = {}  # a method's definition, its name aside → the method
+    data: dict[tuple[bool, tuple[str, ...]], Method] = {}  # (images, OOD sets) → first method
     for method in comparison.method:
-        load_model_spec(method.model)
+        model = load_model_spec(method.model)
         inference = load_inference_spec(method.inference)
         if method.variant != "plain" and method.variant not in inference.predictive.posthoc:
             raise missing_variant(method)
+        definition = method.model_copy(update={"name": "", "paper": ""}).model_dump_json()
+        twin = seen.get(definition) or next(
+            (m for m in seen.values() if m.name == method.name), None
+        )
+        if twin is not None:
+            raise ConfigError(
+                f"{comparison.file}: methods {twin.name!r} and {method.name!r}: "
+                + ("the same method twice" if definition in seen else "one name twice")
+                + "; each row of the table must be a method of its own"
+            )
+        seen[definition] = method
         first = sharing.setdefault((method.model, method.inference), method)
         if comparison.epochs_of(first) != comparison.epochs_of(method):
             raise ConfigError(
@@ -98,13 +125,26 @@ def check_methods(comparison: Comparison) -> None:
                 f"of {Path(method.model).name} + {Path(method.inference).name} but ask for "
                 f"{comparison.epochs_of(first)} and {comparison.epochs_of(method)} epochs"
             )
+        data.setdefault((is_image(model.data), tuple(ood_set_names(model.data))), method)
+    if len(data) > 1:
+        (kind_a, sets_a), (kind_b, sets_b) = list(data)[:2]
+        a, b = data[kind_a, sets_a], data[kind_b, sets_b]
+
+        def words(image: bool, sets: tuple[str, ...]) -> str:
+            return f"{'images' if image else 'texts'}, out-of-domain sets {list(sets)}"
+
+        raise ConfigError(
+            f"{comparison.file}: methods {a.name!r} ({a.model}: {words(kind_a, sets_a)}) and "
+            f"{b.name!r} ({b.model}: {words(kind_b, sets_b)}) cannot share one table; compare "
+            f"them separately"
+        )
 
 
 def cross_product(
     models: list[str], inferences: list[str], seeds: list[int], title: str = "comparison"
 ) -> Comparison:
     methods = [
-        Method(name=f"{Path(m).parent.name}/{Path(m).stem} + {Path(i).stem}", model=m, inference=i)
+        Method(name=f"{spec_label(m)} + {Path(i).stem}", model=m, inference=i)
         for m in models
         for i in inferences
     ]
@@ -112,22 +152,31 @@ def cross_product(
 
 
 def run_dir(out: Path, method: Method, seed: int) -> Path:
-    model = Path(method.model)
-    return (
-        out / "runs" / f"{model.parent.name}-{model.stem}__{Path(method.inference).stem}__s{seed}"
-    )
+    return out / "runs" / f"{run_name(method.model, method.inference, '__')}__s{seed}"
 
 
-def finished(folder: Path, epochs: int) -> bool:
-    """Whether ``folder`` holds a complete run (committed results keep metrics only: those are
-    refitted) trained for ``epochs``."""
-    if not ((folder / "metrics.json").is_file() and (folder / "probs.npz").is_file()):
-        return False
-    trained = RunInfo.read(read_json(folder / "metrics.json")).get("epochs")
-    if trained == epochs:
-        return True
-    print(f"{folder.name}: trained for {trained} epochs, {epochs} asked: refitting", flush=True)
-    return False
+def reuse_note(folder: Path, method: Method, seed: int, epochs: int) -> str | None:
+    """None if ``folder`` holds a complete run of the method's spec texts (as its checkpoint
+    keeps them), ``seed`` and ``epochs``, which ``compare`` reuses; else why it is trained
+    ("" for a new run). Committed results keep metrics only, no checkpoint: those are trained.
+    A damaged run file is an error naming it."""
+    if not folder.exists():
+        return ""
+    files = [folder / name for name in ("metrics.json", "probs.npz", "checkpoint.pt")]
+    if files[0].is_file():
+        trained = RunInfo.read(read_json(files[0], expect=dict))
+    missing = [path.name for path in files if not path.is_file()]
+    if missing:
+        return f"it has no {', '.join(missing)}"
+    kept = require(load_checkpoint(files[2]), files[2], ["model_spec", "inference_spec", "seed"])
+    for key, path in (("model_spec", method.model), ("inference_spec", method.inference)):
+        if kept[key] != read_spec_text(Path(path)):
+            return f"trained from another {path} (edited since)"
+    if trained.get("seed", kept["seed"]) != seed:
+        return f"trained with seed {trained.get('seed', kept['seed'])}, {seed} asked"
+    if trained.get("epochs") != epochs:
+        return f"trained for {trained.get('epochs')} epochs, {epochs} asked"
+    return None
 
 
 def ensure_runs(
@@ -141,9 +190,10 @@ def ensure_runs(
             epochs = (
                 comparison.epochs_of(method) or load_inference_spec(method.inference).train.epochs
             )
-            if processes.share(lambda: finished(folder, epochs)):  # noqa: B023 (called here)
+            note = processes.share(lambda: reuse_note(folder, method, seed, epochs))  # noqa: B023
+            if note is None:
                 continue
-            print(f"fit {folder.name}", flush=True)
+            print(f"fit {folder.name}" + (f" ({note}: trained again)" if note else ""), flush=True)
             fit(
                 method.model,
                 method.inference,
@@ -170,6 +220,7 @@ def method_probs(method: Method, folders: list[Path]) -> list[Instance]:
     rows = []
     for folder in folders:
         probs, labels, energy = read_probs(folder / "probs.npz")
+        check_samples(folder, read_json(folder / "metrics.json", expect=dict), probs)
         if method.variant not in probs:
             raise missing_variant(method)
         seconds = read_timing(folder).get("train_seconds", 0.0)
@@ -210,7 +261,7 @@ def loo_columns(method: Method, folders: list[Path]) -> dict[str, str]:
     deep ensemble, and for runs evaluated before LOO was written."""
     if method.variant != "plain" or method.temperature or method.ensemble:
         return {"LOO": "–", "p_loo": "–", "k̂ bad": "–"}
-    runs = [read_json(folder / "metrics.json") for folder in folders]
+    runs = [read_json(folder / "metrics.json", expect=dict) for folder in folders]
     if any(run.get("loo") is None for run in runs):
         return {"LOO": "–", "p_loo": "–", "k̂ bad": "–"}
     notes = [run.get("loo_note", "") for run in runs]

@@ -32,7 +32,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter, StrMethodFormatter
 from sklearn.metrics import roc_curve
 
-from probtrans.io import read_json, save_png
+from probtrans.io import DamagedFile, read_json, save_png
 from probtrans.metrics import (
     METRICS,
     UNCERTAINTY_SCORES,
@@ -397,8 +397,14 @@ def training_curves(objective_ax: Axes, validation_ax: Axes, history: Sequence[d
 
 # ----------------------------------------------------------------------------- the run figure
 def read_history(path: str | os.PathLike[str]) -> list[dict]:
-    """A ``history.json`` (one record per epoch); no records where there is no file."""
-    return list(read_json(path)) if Path(path).is_file() else []
+    """A ``history.json`` (one record per epoch); no records where there is no file. A damaged
+    file is an error naming it."""
+    if not Path(path).is_file():
+        return []
+    history = read_json(path, expect=list)
+    if not all(isinstance(record, dict) and "epoch" in record for record in history):
+        raise DamagedFile(path, "not a history: a list of one object per epoch, with 'epoch'")
+    return history
 
 
 def run_figure(

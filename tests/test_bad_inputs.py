@@ -5,7 +5,9 @@ field, and leave every file under its folder as it was (nothing created, changed
 
 from __future__ import annotations
 
+import errno
 import gzip
+import json
 import os
 import shutil
 from collections.abc import Callable
@@ -14,9 +16,11 @@ from pathlib import Path
 
 import datasets.config
 import huggingface_hub.constants
+import numpy as np
 import pytest
 import torch
 
+from probtrans.checkpoint import load_checkpoint
 from probtrans.cli import main
 from tests.conftest import TINY_MODEL, TINY_TRAIN, tiny_inference
 from tests.test_corrections import TINY as TINY_SEGMENTATION
@@ -54,6 +58,7 @@ class Expect:
     argv: list[str]
     names: tuple[str, ...]
     absent: tuple[str, ...] = ()
+    max_chars: int | None = None  # the longest the error line may be
 
 
 class Workspace:
@@ -119,6 +124,11 @@ class Workspace:
     def fitted_run(self, name: str = "run") -> Path:
         """A copy of a real run folder (the tiny model fitted for one epoch)."""
         source = self.request.getfixturevalue("fitted_run")
+        return Path(shutil.copytree(source, self.root / name))
+
+    def fitted_text_run(self, name: str = "run") -> Path:
+        """A copy of a real run folder on text files (a tokenizer.json in it)."""
+        source = self.request.getfixturevalue("fitted_text_run")
         return Path(shutil.copytree(source, self.root / name))
 
     def data_dir(self, files: dict[str, bytes]) -> Path:
@@ -199,7 +209,7 @@ def _(w: Workspace) -> Expect:
 def _(w: Workspace) -> Expect:
     folder = w.root / "folder.toml"
     folder.mkdir()
-    return Expect(w.fit(folder), (str(folder),))
+    return Expect(w.fit(folder), (f"{folder}: is a folder, not a file",))
 
 
 @case("spec/model: binary garbage")
@@ -640,13 +650,15 @@ def compare_run(w: Workspace) -> tuple[Path, Path]:
     from probtrans.compare import run_dir
     from probtrans.specs import Method
 
-    path = preset(w)
-    method = Method(
-        name="MAP", model=str(w.root / "model.toml"), inference=str(w.root / "inference.toml")
-    )
-    folder = run_dir(w.root / "cmp", method, 0)
-    folder.mkdir(parents=True)
-    return path, folder
+    folder = w.fitted_run("fitted")  # a complete run that compare reuses: the preset's
+    kept = load_checkpoint(folder / "checkpoint.pt")  # specs are the texts it was trained from
+    model = w.write("model.toml", kept["model_spec"])
+    inference = w.write("inference.toml", kept["inference_spec"])
+    path = preset(w, model=model, inference=inference)
+    method = Method(name="MAP", model=str(model), inference=str(inference))
+    target = run_dir(w.root / "cmp", method, 0)
+    target.parent.mkdir(parents=True)
+    return path, Path(shutil.move(folder, target))
 
 
 @case("run: compare over a run whose metrics.json is corrupt")
@@ -663,6 +675,119 @@ def _(w: Workspace) -> Expect:
     (folder / "metrics.json").write_text('{"epochs": 1, "seed": 0}\n')
     (folder / "probs.npz").write_bytes(b"PK\x03\x04 truncated")
     return Expect(compare(w, "--preset", str(path)), (str(folder / "probs.npz"),))
+
+
+@case("run: compare over a run whose metrics.json and probs.npz come from two evaluations")
+def _(w: Workspace) -> Expect:
+    path, folder = compare_run(w)
+    metrics = json.loads((folder / "metrics.json").read_text())
+    (folder / "metrics.json").write_text(json.dumps({**metrics, "posterior_samples": 20}))
+    return Expect(compare(w, "--preset", str(path)), (str(folder), "come from two evaluations"))
+
+
+@case("compare: a text spec and an image spec")
+def _(w: Workspace) -> Expect:
+    text = w.text_model()
+    argv = compare(w, str(w.model()), str(text), "--inference", str(w.inference()))
+    return Expect(argv, ("cannot share one table", "texts", "images"))
+
+
+@case("compare: the same spec twice")
+def _(w: Workspace) -> Expect:
+    model = str(w.model())
+    argv = compare(w, model, model, "--inference", str(w.inference()))
+    return Expect(argv, ("the same method twice",))
+
+
+@case("compare: a preset naming one method twice")
+def _(w: Workspace) -> Expect:
+    extra = PRESET.split("[[method]]")[1].replace('"MAP"', '"MAP"\nseeds = [0]')
+    path = preset(w, "[[method]]" + extra.format(model=w.model(), inference=w.inference()))
+    return Expect(compare(w, "--preset", str(path)), (str(path), "one name twice"))
+
+
+# ====================================================================== faults of the machine
+def refuse(w: Workspace, module: object, name: str, code: int, path: str | None = None) -> None:
+    """``module.name`` (an ``os`` or ``tempfile`` function) raising OSError ``code``, as on a
+    read-only folder."""
+
+    def refused(*args, **kwargs):
+        raise OSError(code, os.strerror(code), path or str(args[0] if args else ""))
+
+    w.monkeypatch.setattr(module, name, refused)
+
+
+@case("fit: a read-only folder (the lock)")
+def _(w: Workspace) -> Expect:
+    import probtrans.lock
+
+    argv = w.fit()
+    refuse(w, probtrans.lock.os, "open", errno.EACCES)
+    return Expect(argv, ("run.lock", "permission denied"))
+
+
+@case("fit: a read-only folder (a temporary file)")
+def _(w: Workspace) -> Expect:
+    import probtrans.io
+
+    argv = w.fit()
+    refuse(w, probtrans.io.tempfile, "mkstemp", errno.EROFS, str(w.root / "run.partial"))
+    return Expect(argv, ("run.partial: cannot write model.toml: read-only file system",))
+
+
+@case("evaluate: a read-only run folder")
+def _(w: Workspace) -> Expect:
+    import probtrans.io
+
+    run = w.fitted_run()
+    refuse(w, probtrans.io.tempfile, "mkstemp", errno.EROFS)
+    return Expect(["evaluate", str(run), "--quiet"], (str(run), "read-only file system"))
+
+
+@case("fit: the disk fills up")
+def _(w: Workspace) -> Expect:
+    import probtrans.io
+
+    argv = w.fit()
+    real = probtrans.io.atomic_write
+
+    def no_space(tmp: Path) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def full(path, write):
+        return real(path, no_space if Path(path).name == "checkpoint.pt" else write)
+
+    w.monkeypatch.setattr(probtrans.io, "atomic_write", full)
+    return Expect(argv, ("no space left on device", "nothing was kept"))
+
+
+@case("run: predict with a probs.npz without its validation entry")
+def _(w: Workspace) -> Expect:
+    run = w.fitted_run()
+    with np.load(run / "probs.npz") as probs:
+        kept = {k: probs[k] for k in probs.files if k != "plain/val"}
+    np.savez(run / "probs.npz", **kept)
+    inputs = w.write("inputs.npz", b"")
+    np.savez(inputs, x=np.zeros((2, 8, 8), dtype=np.float32))
+    argv = ["predict", str(run), str(inputs), "--quiet"]
+    return Expect(argv, (str(run / "probs.npz"), "no entry plain/val"))
+
+
+@case("run: evaluate with a history.json holding an object")
+def _(w: Workspace) -> Expect:
+    run = w.fitted_run()
+    (run / "history.json").write_text('{"epoch": 1}\n')
+    return Expect(["evaluate", str(run), "--quiet"], (str(run / "history.json"), "an object"))
+
+
+@case("run: predict with a probs.npz that is a text file")
+def _(w: Workspace) -> Expect:
+    run = w.fitted_run()
+    (run / "probs.npz").write_text("not arrays at all\n")
+    inputs = w.write("inputs.npz", b"")
+    np.savez(inputs, x=np.zeros((2, 8, 8), dtype=np.float32))
+    argv = ["predict", str(run), str(inputs), "--quiet"]
+    return Expect(argv, (str(run / "probs.npz"), "a text file?"), absent=("pickle",))
 
 
 # ====================================================================== describe
@@ -752,6 +877,12 @@ def _(w: Workspace) -> Expect:
     return Expect(corrections(w, None, "--seed", "-1"), ("--seed",))
 
 
+@case("corrections: --out an existing file")
+def _(w: Workspace) -> Expect:
+    blocking = w.write("corr", "a file of the user's\n")
+    return Expect(corrections(w), (f"--out {blocking}", "is a file"))
+
+
 # ====================================================================== text data
 @case("data: cola with an empty data folder")
 def _(w: Workspace) -> Expect:
@@ -827,6 +958,158 @@ def _(w: Workspace) -> Expect:
     return Expect(["describe", str(w.text_model("imdb"))], (f"{path}: no text column 'text'",))
 
 
+# ====================================================================== own data files
+OWN_TEXT_MODEL = (
+    """
+[data]
+kind = "text"
+train = "{train}"
+max_len = 16
+
+"""
+    + "[model]"
+    + TINY_MODEL.split("[model]", 1)[1]
+)
+
+
+def own_rows(n: int = 20, header: bytes = b"text,label\n") -> bytes:
+    """A CSV of ``n`` well-formed rows (text, label: neg or pos)."""
+    rows = (f"text number {i} here,{'pos' if i % 2 else 'neg'}\n" for i in range(n))
+    return header + "".join(rows).encode()
+
+
+def own_data_case(name: str, file: str, content: bytes, *names: str, **expect) -> None:
+    """``fit`` of a text model whose training file ``file`` holds ``content``: the file (and
+    line: ``{path}``) and ``names``."""
+
+    @case(f"data: {name}")
+    def build(w: Workspace) -> Expect:
+        path = w.write(file, content)
+        model = w.write("own.toml", OWN_TEXT_MODEL.format(train=file))
+        return Expect(w.fit(model), tuple(n.format(path=path) for n in names), **expect)
+
+
+own_data_case(
+    "CSV row whose label is NaN",
+    "train.csv",
+    own_rows() + b"one more text,NaN\n",
+    "{path}:22",
+    "'NaN', a missing value",
+)
+own_data_case(
+    "CSV row whose label is N/A",
+    "train.csv",
+    own_rows() + b"one more text, N/A\n",
+    "{path}:22",
+    "missing value",
+)
+own_data_case(
+    "CSV row with an empty label",
+    "train.csv",
+    own_rows() + b"one more text,\n",
+    "{path}:22",
+    "'label' is missing",
+)
+own_data_case(
+    "JSON Lines row with a null label",
+    "train.jsonl",
+    b'{"text": "a text", "label": "pos"}\n{"text": "another", "label": "neg"}\n'
+    b'{"text": "no label", "label": null}\n',
+    "{path}:3",
+    "'label' is missing",
+)
+_CONTROL = bytes(b for b in range(1, 32) if b not in b"\n\r,")  # UTF-8, yet not text
+own_data_case(
+    "CSV whose header is 4 KB of binary",
+    "train.csv",
+    own_rows(header=bytes(_CONTROL[i % len(_CONTROL)] for i in range(4096)) + b"\n"),
+    "{path}",
+    "no text column",
+    max_chars=300,
+)
+
+
+@case("data: data file in a model spec that is a folder")
+def _(w: Workspace) -> Expect:
+    folder = w.root / "train.csv"
+    folder.mkdir()
+    model = w.write("own.toml", OWN_TEXT_MODEL.format(train="train.csv"))
+    return Expect(w.fit(model), (str(folder), "is a folder, not a file"))
+
+
+# ====================================================================== run data files
+def _edit_data_json(run: Path, edit: Callable[[dict], object]) -> Path:
+    """``run``'s data.json replaced by ``edit(its value)``."""
+    path = run / "data.json"
+    path.write_text(json.dumps(edit(json.loads(path.read_text()))))
+    return path
+
+
+def _without(key: str) -> Callable[[dict], dict]:
+    return lambda info: {k: v for k, v in info.items() if k != key}
+
+
+def run_data_case(name: str, edit: Callable[[dict], object], *names: str) -> None:
+    """``predict`` and ``evaluate`` of the image run whose data.json is ``edit``ed."""
+
+    @case(f"run: predict with data.json {name}")
+    def predict(w: Workspace) -> Expect:
+        path = _edit_data_json(w.fitted_run(), edit)
+        inputs = w.write("inputs.txt", "a text\n")
+        return Expect(["predict", str(path.parent), str(inputs), "--quiet"], (str(path), *names))
+
+    @case(f"run: evaluate with data.json {name}")
+    def evaluate(w: Workspace) -> Expect:
+        path = _edit_data_json(w.fitted_run(), edit)
+        return Expect(["evaluate", str(path.parent), "--quiet"], (str(path), *names))
+
+
+run_data_case("holding {}", lambda info: {}, "missing")
+run_data_case("holding a list", lambda info: [info], "a list, not an object")
+run_data_case("without scaling", _without("scaling"), "scaling: missing")
+run_data_case("without class_names", _without("class_names"), "class_names: missing")
+run_data_case("with class_names a string", lambda info: info | {"class_names": "ab"}, "class_names")
+run_data_case("with a text kind", lambda info: info | {"kind": "texts"}, "kind = 'texts'")
+
+
+def tokenizer_case(name: str, damage: Callable[[bytes], bytes], *names: str) -> None:
+    """``predict`` and ``evaluate`` of the text run whose tokenizer.json is ``damage``d."""
+
+    def damaged(w: Workspace) -> Path:
+        path = w.fitted_text_run() / "tokenizer.json"
+        path.write_bytes(damage(path.read_bytes()))
+        return path
+
+    @case(f"run: predict with a tokenizer.json {name}")
+    def predict(w: Workspace) -> Expect:
+        path = damaged(w)
+        inputs = w.write("inputs.txt", "a text\n")
+        return Expect(["predict", str(path.parent), str(inputs), "--quiet"], (str(path), *names))
+
+    @case(f"run: evaluate with a tokenizer.json {name}")
+    def evaluate(w: Workspace) -> Expect:
+        path = damaged(w)
+        return Expect(["evaluate", str(path.parent), "--quiet"], (str(path), *names))
+
+
+tokenizer_case("truncated", lambda content: content[: len(content) // 2], "damaged tokenizer")
+tokenizer_case(
+    "of another kind", lambda _: b'{"version": "1.0", "model": {"kind": 1}}', "damaged tokenizer"
+)
+tokenizer_case("holding a list", lambda _: b"[]", "damaged tokenizer")
+
+
+@case("run: evaluate with a tokenizer.json of another vocabulary")
+def _(w: Workspace) -> Expect:
+    from tokenizers import Tokenizer
+
+    path = w.fitted_text_run() / "tokenizer.json"
+    other = json.loads(path.read_text())
+    other["model"]["vocab"]["an extra word"] = len(other["model"]["vocab"])
+    path.write_text(Tokenizer.from_str(json.dumps(other)).to_str())
+    return Expect(["evaluate", str(path.parent), "--quiet"], (str(path), "not the run's tokenizer"))
+
+
 # ====================================================================== caches
 def cache_file(w: Workspace, model: Path) -> Path:
     """Where the tokenised bundle of ``model``'s data goes (after ``data_dir``)."""
@@ -884,6 +1167,19 @@ def fitted_run(tmp_path_factory) -> Path:
     return root / "run"
 
 
+@pytest.fixture(scope="module")
+def fitted_text_run(tmp_path_factory) -> Path:
+    """A real run folder on a small CSV of texts: the tiny model, one epoch."""
+    from probtrans.runs import fit
+
+    root = tmp_path_factory.mktemp("fitted-text")
+    (root / "train.csv").write_bytes(own_rows(40))
+    model = root / "model.toml"
+    model.write_text(OWN_TEXT_MODEL.format(train="train.csv"))
+    fit(model, tiny_inference(root, "map"), out=root / "run", epochs=1, progress=False)
+    return root / "run"
+
+
 def test_there_are_enough_cases():
     assert len(CASES) + len(ARGPARSE_CASES) >= 60
     assert {name.split(":")[0].split("/")[0] for name in CASES} >= {
@@ -920,6 +1216,8 @@ def test_bad_input_is_one_error_line_and_changes_nothing(
         problems += [f"{a!r} in the message" for a in expect.absent if a in lines[0]]
     if w.marker.exists():
         problems.append("code pickled in a checkpoint ran")
+    if expect.max_chars is not None and len(err.strip()) > expect.max_chars:
+        problems.append(f"an error line of {len(err.strip())} characters")
     problems += disk_changes(before, snapshot(tmp_path))
     assert not problems, "\n".join([*problems, f"stderr: {err}"])
 

@@ -11,7 +11,7 @@ import pytest
 
 from probtrans.cli import main
 from probtrans.compare import check_methods, load_preset, method_probs, run_dir
-from tests.conftest import ROOT, TINY_TRAIN, inference_file
+from tests.conftest import ROOT, TINY_TRAIN, inference_file, tiny_inference
 
 PRESET = """
 title = "tiny"
@@ -152,10 +152,75 @@ def test_a_method_can_have_its_own_epochs_if_its_run_agrees(tmp_path, preset, ca
     longer = tmp_path / "longer.toml"
     longer.write_text(text.replace('inference = "', 'epochs = 3\ninference = "'))
     assert main(["compare", "--preset", str(longer), "--out", str(out), "--quiet"]) == 0
-    assert "trained for 2 epochs, 3 asked: refitting" in capsys.readouterr().out
+    assert "(trained for 2 epochs, 3 asked: trained again)" in capsys.readouterr().out
     assert len(json.loads((folder / "history.json").read_text())) == 3
     assert main(["compare", "--preset", str(longer), "--out", str(out), "--quiet"]) == 0
     assert "fit " not in capsys.readouterr().out  # now finished with 3 epochs: reused
+
+
+def one_method(preset: Path, seeds: str = "[0]") -> Path:
+    """The preset's first method alone (MAP), for seeds ``seeds``."""
+    text = preset.read_text().replace("seeds = [0, 1]", f"seeds = {seeds}")
+    path = preset.with_name("one.toml")
+    path.write_text(text.split('[[method]]\nname = "MAP + TS"')[0])
+    return path
+
+
+def test_compare_retrains_a_run_of_an_edited_spec_and_says_why(
+    tmp_path, preset, tiny_model_file, capsys
+):
+    """A run is reused only if its checkpoint's spec texts, seed and epochs are those asked:
+    after the model spec is edited (H-STO → softmax attention) it is trained again, and the
+    table reads the new run."""
+    from probtrans.checkpoint import load_checkpoint
+
+    one, out = one_method(preset), tmp_path / "cmp"
+    argv = ["compare", "--preset", str(one), "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    (folder,) = (out / "runs").iterdir()
+    edited = tiny_model_file.read_text().replace('kind = "h_sto"', 'kind = "softmax"')
+    tiny_model_file.write_text(edited.replace("tau1 = 1.0\ntau2 = 2.0\nn_centroids = 3\n", ""))
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert f"fit {folder.name} (trained from another {tiny_model_file} (edited since)" in printed
+    assert load_checkpoint(folder / "checkpoint.pt")["model_spec"] == tiny_model_file.read_text()
+    assert main(argv) == 0
+    assert "fit " not in capsys.readouterr().out  # the retrained run is reused
+
+    metrics = json.loads((folder / "metrics.json").read_text())
+    (folder / "metrics.json").write_text(json.dumps({**metrics, "seed": 5}))
+    assert main(argv) == 0
+    assert "(trained with seed 5, 0 asked: trained again)" in capsys.readouterr().out
+
+
+def test_compare_refuses_a_method_given_twice(tmp_path, tiny_model_file, capsys):
+    inference = tiny_inference(tmp_path, "map")
+    out = tmp_path / "cmp"
+    twice = [str(tiny_model_file)] * 2
+    assert main(["compare", *twice, "--inference", str(inference), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "/tiny + map': the same method twice; each row of the table" in err, err
+    assert not out.exists()
+
+
+def test_compare_refuses_specs_whose_data_cannot_share_a_table(tmp_path, tiny_model_file, capsys):
+    """Texts against images, or other out-of-domain sets: refused before anything trains."""
+    inference = tiny_inference(tmp_path, "map")
+    text = tmp_path / "text.toml"
+    text.write_text('[data]\nname = "cola"\nmax_len = 16\n\n[model]\nmax_positions = 16\n')
+    other_ood = tmp_path / "other.toml"
+    other_ood.write_text(tiny_model_file.read_text().replace("patch_size = 2", "ood_classes = [9]"))
+    for second, words in (
+        (text, "texts, out-of-domain sets ['cola_ood']"),
+        (other_ood, "['digits_9']"),
+    ):
+        out = tmp_path / f"cmp-{second.stem}"
+        argv = [str(tiny_model_file), str(second), "--inference", str(inference), "--out", str(out)]
+        assert main(["compare", *argv]) == 2
+        err = capsys.readouterr().err
+        assert "images, out-of-domain sets ['digits_8_9']" in err and words in err, err
+        assert "cannot share one table" in err and not out.exists()
 
 
 def test_compare_names_a_missing_spec(tmp_path, capsys):

@@ -306,3 +306,21 @@ def test_bad_inference_spec_and_missing_files(tmp_path, capsys, tiny_model_file)
     assert "nope.toml: no such file" in capsys.readouterr().err
     assert main(["evaluate", str(tmp_path / "no-run")]) == 2
     assert "no such run folder" in capsys.readouterr().err
+
+
+def test_run_names_come_from_the_spec_files_stems(tmp_path, tiny_model_file, monkeypatch, capsys):
+    """The default run folder of ``fit``: the model's folder, the model's and the inference
+    spec's stems; a spec in the working folder brings no folder name (not ``runs/-tiny-map``)."""
+    from probtrans.runs.folder import run_name
+
+    monkeypatch.chdir(tmp_path)
+    assert run_name("tiny.toml", "map.toml") == "tiny-map"
+    assert run_name(tmp_path / "tiny.toml", tmp_path / "map.toml", "__") == "tiny__map"
+    digits = ROOT / "models" / "digits" / "h_sto.toml"
+    assert run_name(digits, "inference/map.toml") == "digits-h_sto-map"
+    inference = tiny_inference(tmp_path, "map")
+    assert (
+        main(["fit", "tiny.toml", "--inference", inference.name, "--epochs", "1", "--quiet"]) == 0
+    )
+    assert "run written to runs/tiny-map/" in capsys.readouterr().out
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["tiny-map"]

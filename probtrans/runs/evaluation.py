@@ -9,6 +9,7 @@ log-likelihood (:class:`Likelihoods`).
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from probtrans.data import DataBundle, DataSplit
 from probtrans.data.file_bundle import add_ood_sets
 from probtrans.data.saved import save_bundle
 from probtrans.elpd import Loo, psis_loo
+from probtrans.errors import ProbtransError
 from probtrans.inference.objective import ELBO_KEYS
 from probtrans.inference.posthoc import Energy, Probs, needs_training_split, posterior_predictives
 from probtrans.inference.predictive import (
@@ -31,11 +33,18 @@ from probtrans.inference.predictive import (
     inference_data,
     is_point_mass,
     log_likelihood,
+    netcdf_bytes,
     varies_in_the_head_only,
 )
-from probtrans.io import atomic_write, read_json, write_json
+from probtrans.io import read_json, write_bytes, write_json
 from probtrans.lock import folder_lock
-from probtrans.runs.folder import RunInfo, read_timing, write_probs
+from probtrans.runs.folder import (
+    RunInfo,
+    read_timing,
+    replace_folder,
+    staged_copy,
+    write_probs,
+)
 from probtrans.runs.run import Run, load_run
 from probtrans.specs.base import check_seed
 from probtrans.specs.inference import AUTOMATIC_LOO_SAMPLES, PredictiveSpec
@@ -170,9 +179,7 @@ def evaluate(
         train_labels=run.data.train.labels.numpy(),
         test_log_lik=pointwise.test,
     )
-    atomic_write(
-        run.path / "predictive.nc", lambda tmp: idata.to_netcdf(str(tmp), engine="h5netcdf")
-    )
+    write_bytes(run.path / "predictive.nc", netcdf_bytes(idata))
     figures.save_run_figure(
         run.path / "report.png",
         probs["plain"]["test"],
@@ -209,25 +216,42 @@ def evaluate_run(
     """Reload a run folder, re-evaluate it and rewrite its metrics, predictive and report; the
     :class:`RunInfo` and training-set ELBO that ``fit`` wrote and its training time are kept.
     ``ood``: more named out-of-domain sets (relative paths start at the working folder), kept in
-    the run's data; a set of a name the run has replaces that one."""
+    the run's data; a set of a name the run has replaces that one. The files are written into
+    a copy of the folder that then replaces it (:func:`~probtrans.runs.folder.staged_copy`):
+    whatever stops the evaluation, the folder is the old run or the new one."""
     seed = check_seed(seed, f"seed = {seed!r}")
     run = load_run(run_dir, device)
     for known in sorted({o.name for o in ood} & set(run.data.ood)):
         print(f"note: the out-of-domain set {known!r} of {run.path} is replaced", file=sys.stderr)
     add_ood_sets(run.data, list(ood), run.model_spec.data, replace=True)
     metrics_file = run.path / "metrics.json"
-    previous = read_json(metrics_file) if metrics_file.is_file() else {}
+    previous = read_json(metrics_file, expect=dict) if metrics_file.is_file() else {}
     timing = read_timing(run.path)
     if "train_seconds" in previous:  # a run written before timing.json: keep its training time
         timing.setdefault("train_seconds", previous["train_seconds"])
-    with folder_lock(run.path, "probtrans evaluate"):
-        started = time.perf_counter()
-        scores = evaluate(run, samples=samples, device=device, seed=seed, progress=progress)
-        scores.update({key: previous[key] for key in ELBO_KEYS if key in previous})  # fit's
-        scores.update(RunInfo.read(previous))
-        if ood or not (run.path / "data.json").is_file():
-            save_run_data(run)
-        write_json(metrics_file, scores)
-        timing["evaluate_seconds"] = time.perf_counter() - started
-        write_json(run.path / "timing.json", timing)
+    folder = run.path
+    with folder_lock(folder, "probtrans evaluate"):
+        run.path = staged_copy(folder)
+        try:
+            started = time.perf_counter()
+            scores = evaluate(run, samples=samples, device=device, seed=seed, progress=progress)
+            scores.update({key: previous[key] for key in ELBO_KEYS if key in previous})  # fit's
+            scores.update(RunInfo.read(previous))
+            if ood or not (run.path / "data.json").is_file():
+                save_run_data(run)
+            timing["evaluate_seconds"] = time.perf_counter() - started
+            write_json(run.path / "timing.json", timing)
+            write_json(run.path / "metrics.json", scores)
+            replace_folder(run.path, folder)
+        except ProbtransError as err:  # a file named in the run folder, not in its copy
+            shutil.rmtree(run.path, ignore_errors=True)
+            err.args = (str(err).replace(str(run.path), str(folder)),)
+            err.add_note(f"{folder} is as it was")
+            raise
+        except BaseException as err:
+            shutil.rmtree(run.path, ignore_errors=True)
+            err.add_note(f"{folder} is as it was")
+            raise
+        finally:
+            run.path = folder
     return scores

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -141,9 +140,9 @@ def fit(
                     run, resumable, {**texts, **origin}, seed, device, progress, guide
                 )
             except TrainingDiverged as err:
-                raise ProbtransError(f"{err}. {keep_or_remove_staging(staging)}") from None
-            except BaseException:
-                print(f"note: {keep_or_remove_staging(staging)}", file=sys.stderr)
+                raise ProbtransError(f"{err}; {keep_or_remove_staging(staging)}") from None
+            except BaseException as err:  # the command prints the note with the error
+                err.add_note(keep_or_remove_staging(staging))
                 raise
             replace_folder(staging, out_dir)
             run.path = out_dir

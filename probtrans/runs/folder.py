@@ -23,16 +23,20 @@ Run folder (:data:`RUN_FILES`):
     tokenizer.json               image scaling (:mod:`probtrans.data.saved`): ``evaluate`` and
                                  ``predict`` need nothing but the folder
 
-A fit trains into ``DIR.partial`` (:func:`open_staging`) and only replaces ``DIR`` once the run
-is complete (:func:`replace_folder`), so a failed or interrupted fit never destroys an earlier
-run; ``DIR.partial/resume.pt`` holds the whole training state after the last finished epoch.
+A run's files are replaced together or not at all. A fit trains into ``DIR.partial``
+(:func:`open_staging`) and only replaces ``DIR`` once the run is complete (:func:`replace_folder`),
+so a failed or interrupted fit never destroys an earlier run; ``DIR.partial/resume.pt`` holds
+the whole training state after the last finished epoch. ``evaluate`` rewrites a copy,
+``DIR.evaluate.partial`` (:func:`staged_copy`: hard links of the files it keeps), and replaces
+``DIR`` with it the same way: after a disk that fills up, a kill or a crash the folder is the
+old complete run or the new one, never a mix.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +49,7 @@ from probtrans.errors import ProbtransError
 from probtrans.inference.posthoc import Energy, Probs
 from probtrans.inference.train import Resumable
 from probtrans.io import (
+    DamagedFile,
     is_temporary_file,
     read_json,
     read_npz,
@@ -118,6 +123,21 @@ def check_replaceable(
         )
 
 
+def spec_label(path: str | Path) -> str:
+    """A spec file as a run's name shows it: ``FOLDER/STEM`` (``digits/h_sto``), or ``STEM``
+    for a spec in the working folder."""
+    path = Path(path)
+    folder = path.resolve().parent
+    if folder == Path.cwd().resolve():
+        return path.stem
+    return f"{folder.name}/{path.stem}"
+
+
+def run_name(model: str | Path, inference: str | Path, separator: str = "-") -> str:
+    """The default name of a run folder of two spec files: ``digits-h_sto-map``."""
+    return f"{spec_label(model).replace('/', '-')}{separator}{Path(inference).stem}"
+
+
 def staging_folder(out: Path) -> Path:
     """``DIR.partial``: where a fit into ``DIR`` writes until the run is complete."""
     return out.with_name(out.name + ".partial")
@@ -142,8 +162,12 @@ def open_staging(
     if resumable.saved is None:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        write_text(staging / "model.toml", texts["model_spec"])
-        write_text(staging / "inference.toml", texts["inference_spec"])
+        try:
+            write_text(staging / "model.toml", texts["model_spec"])
+            write_text(staging / "inference.toml", texts["inference_spec"])
+        except BaseException:  # a folder that cannot be written: nothing left behind
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     else:
         remove_temporary_files(staging)  # of writes a killed fit left unfinished
         if progress:
@@ -153,29 +177,59 @@ def open_staging(
 
 def keep_or_remove_staging(staging: Path) -> str:
     """After a fit that stopped: keep its staging folder if an epoch finished (the same command
-    continues from it), else remove it. Returns what was done, for the user."""
+    continues from it) or the run in it is complete, else remove it. Returns what was done, for
+    the user."""
     resume = staging / RESUME
+    if not resume.is_file() and (staging / "metrics.json").is_file():
+        out = staging.with_name(staging.name.removesuffix(".partial"))
+        return f"the complete run is kept in {staging}/; move it to {out} yourself"
     if resume.is_file():
         try:
             epoch = load_checkpoint(resume)["epoch"]
         except (ProbtransError, KeyError):
             epoch = "?"
         return (
-            f"The state after epoch {epoch} is kept in {staging}/ (resume.pt, and checkpoint.pt "
+            f"the state after epoch {epoch} is kept in {staging}/ (resume.pt, and checkpoint.pt "
             f"of the best epoch): the same command continues from it, other specs start over"
         )
     shutil.rmtree(staging, ignore_errors=True)
-    return "No epoch had finished: nothing was kept"
+    return "no epoch had finished: nothing was kept"
+
+
+def staged_copy(folder: Path) -> Path:
+    """``DIR.evaluate.partial``: a copy of run folder ``folder`` for a command that rewrites
+    some of its files, then puts it in place with :func:`replace_folder`. Files are hard links
+    where the file system has them (every file is rewritten by renaming a new one over it, so
+    the run's own files never change); a copy left by a killed command is replaced."""
+    staging = folder.with_name(folder.name + ".evaluate.partial")
+    if staging.exists():
+        check_replaceable(staging)
+        shutil.rmtree(staging)
+
+    def link(source: str, target: str) -> None:
+        try:
+            os.link(source, target)
+        except OSError:  # no hard links here (or across devices): a copy
+            shutil.copy2(source, target)
+
+    shutil.copytree(folder, staging, symlinks=True, copy_function=link)
+    return staging
 
 
 def replace_folder(new: Path, old: Path) -> None:
-    """Move the finished ``new`` folder to ``old``, removing the previous run only afterwards."""
+    """Move the finished ``new`` folder to ``old``, removing the previous run only afterwards
+    (renames: no disk space needed)."""
     if not old.exists():
         new.rename(old)
         return
-    trash = Path(tempfile.mkdtemp(dir=old.parent, prefix=f".{old.name}.replaced-"))
-    old.rename(trash / old.name)
-    new.rename(old)
+    trash = old.with_name(f".{old.name}.replaced-{os.getpid()}")
+    shutil.rmtree(trash, ignore_errors=True)
+    old.rename(trash)
+    try:
+        new.rename(old)
+    except BaseException:
+        trash.rename(old)  # the previous run back in place
+        raise
     shutil.rmtree(trash)
 
 
@@ -184,7 +238,7 @@ def read_timing(folder: Path) -> dict[str, float]:
     ``epoch_seconds`` (the wall time of each epoch) and ``evaluate_seconds``; empty if the run
     has none."""
     path = folder / "timing.json"
-    return read_json(path) if path.is_file() else {}
+    return read_json(path, expect=dict) if path.is_file() else {}
 
 
 def write_probs(path: Path, probs: Probs, labels: dict[str, np.ndarray], energy: Energy) -> None:
@@ -204,16 +258,44 @@ def write_probs(path: Path, probs: Probs, labels: dict[str, np.ndarray], energy:
 
 def read_probs(path: Path) -> tuple[Probs, dict[str, np.ndarray], Energy]:
     """Inverse of :func:`write_probs`: probabilities, labels, energies (none in runs written
-    before they were kept)."""
+    before they were kept). Checked: the plain predictive of the validation and test splits,
+    (S, N, C) arrays whose N matches their split's labels; else an error naming the file."""
     probs: Probs = {}
     energy: Energy = {}
     labels = {}
     for key, value in read_npz(path).items():
-        variant, split = key.split("/", 1)
+        variant, slash, split = key.partition("/")
+        if not slash or not split:
+            raise DamagedFile(path, f"an entry {key[:60]!r} that is not VARIANT/SPLIT")
         if variant == "labels":
             labels[split] = value
         elif variant.startswith(ENERGY):
             energy.setdefault(variant.removeprefix(ENERGY), {})[split] = value
         else:
             probs.setdefault(variant, {})[split] = value
+    for needed in ("plain/val", "plain/test"):
+        variant, split = needed.split("/")
+        if split not in probs.get(variant, {}):
+            raise DamagedFile(path, f"no entry {needed} (damaged or not written by probtrans)")
+    for variant, by_split in probs.items():
+        for split, value in by_split.items():
+            rows = labels.get(split)
+            if value.ndim != 3 or rows is None or value.shape[1] != len(rows):
+                raise DamagedFile(
+                    path,
+                    f"{variant}/{split} of shape {value.shape} does not match its labels "
+                    f"({'none' if rows is None else len(rows)}): want (S, N, C)",
+                )
     return probs, labels, energy
+
+
+def check_samples(folder: Path, metrics: dict[str, Any], probs: Probs) -> None:
+    """Refuse a run folder whose ``metrics.json`` and ``probs.npz`` come from two evaluations
+    (their posterior sample counts differ)."""
+    said, kept = metrics.get("posterior_samples"), len(probs["plain"]["test"])
+    if said is not None and said != kept:
+        raise DamagedFile(
+            folder,
+            f"metrics.json says {said} posterior samples but probs.npz holds {kept}: the files "
+            f"come from two evaluations; run probtrans evaluate {folder} again",
+        )

@@ -70,7 +70,7 @@ class Run:
     @property
     def metrics(self) -> dict[str, Any]:
         """The run's ``metrics.json``."""
-        return read_json(self.path / "metrics.json")
+        return read_json(self.path / "metrics.json", expect=dict)
 
     @property
     def device(self) -> str:

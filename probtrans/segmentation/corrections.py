@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from probtrans.checkpoint import load_cached, save_checkpoint
+from probtrans.errors import ProbtransError
 from probtrans.io import save_png, write_json
 from probtrans.segmentation.data import SegmentationData, load_segmentation_data
 from probtrans.segmentation.model import SegmentationModel, correct, train_segmentation
@@ -144,6 +145,11 @@ def trained_model(
 
 def run(spec: SegmentationSpec, out: Path) -> dict:
     """Train or reload, evaluate the curve, write JSON and PNG into ``out``; returns the JSON."""
+    blocking = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise ProbtransError(
+            f"--out {out}: {blocking} is a file; corrections writes a folder, choose another"
+        )
     start = time.perf_counter()
     data = load_segmentation_data(spec.data, spec.seed)
     model, reloaded = trained_model(spec, data, out)

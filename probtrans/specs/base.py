@@ -103,7 +103,7 @@ def read_spec_text(path: str | os.PathLike[str]) -> str:
     """The text of a spec file; a missing or binary file raises ConfigError."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"{path}: no such file")
+        raise ConfigError(f"{path}: {'is a folder, not a' if path.is_dir() else 'no such'} file")
     try:
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
