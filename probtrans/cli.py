@@ -396,9 +396,12 @@ def stop_signals_as_interrupts() -> Iterator[None]:
 @contextlib.contextmanager
 def processes_of(args: argparse.Namespace) -> Iterator[bool]:
     """The process group of a command started by torchrun (yields whether this process is rank
-    0, the one that prints)."""
+    0, the one that prints); a command that runs as one process joins none."""
     from probtrans import distributed
 
+    if args.command not in DATA_PARALLEL:
+        yield True
+        return
     with distributed.process_group(getattr(args, "device", "cpu")) as processes:
         if processes.is_main:
             yield True
