@@ -302,25 +302,30 @@ def std_top(probs: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- OOD detection
 def uncertainty_scores(
-    probs: np.ndarray, energy: np.ndarray | None = None
+    probs: np.ndarray, given: dict[str, np.ndarray] | None = None
 ) -> dict[str, np.ndarray]:
     """Every score of :data:`UNCERTAINTY_SCORES` of posterior-predictive samples ``probs``
     (S, N, C), in its order, each of shape (N,) and higher for a more uncertain input:
     ``msp`` (:func:`msp`), ``entropy`` (total uncertainty), ``expected_entropy`` (aleatoric),
-    ``mutual_information`` (epistemic), ``std_top`` (:func:`std_top`) and, only when ``energy``
-    (N,) is given, ``energy``: the free energy −log Σ_c exp f_c(x_n) of the logits f (Liu et al.
-    2020, temperature 1), averaged over samples by the caller.
+    ``mutual_information`` (epistemic), ``std_top`` (:func:`std_top`), and the scores the
+    network gives, not its probabilities, where ``given`` (name → (N,)) holds them: ``energy``,
+    the free energy −log Σ_c exp f_c(x_n) of the logits f (Liu et al. 2020, temperature 1,
+    averaged over samples by the caller), and the feature-space scores of
+    :mod:`probtrans.feature_scores`.
     """
     probs = _check_probs(probs)
+    given = given or {}
     scores = {}
     for score in UNCERTAINTY_SCORES.entries():
         if score.function is not None:
             scores[score.name] = score.function(probs)
-        elif energy is not None:
-            energy = np.asarray(energy, dtype=np.float64)
-            if energy.shape != (probs.shape[1],):
-                raise ValueError(f"energy must have shape ({probs.shape[1]},), got {energy.shape}")
-            scores[score.name] = energy
+        elif score.name in given:
+            value = np.asarray(given[score.name], dtype=np.float64)
+            if value.shape != (probs.shape[1],):
+                raise ValueError(
+                    f"{score.name} must have shape ({probs.shape[1]},), got {value.shape}"
+                )
+            scores[score.name] = value
     return scores
 
 
@@ -354,11 +359,11 @@ def ood_detection(score_in: np.ndarray, score_out: np.ndarray) -> dict[str, floa
 def ood_report(
     probs_in: np.ndarray,
     probs_out: np.ndarray,
-    energy_in: np.ndarray | None = None,
-    energy_out: np.ndarray | None = None,
+    given_in: dict[str, np.ndarray] | None = None,
+    given_out: dict[str, np.ndarray] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """:func:`ood_detection` of every :func:`uncertainty_scores` score (``energy`` when both
-    energies are given): score → {auroc, aupr, fpr95}, for in-domain ``probs_in`` (S, N_in, C)
+    """:func:`ood_detection` of every :func:`uncertainty_scores` score (a given score where both
+    sides give it): score → {auroc, aupr, fpr95}, for in-domain ``probs_in`` (S, N_in, C)
     against out-of-domain ``probs_out`` (S', N_out, C)."""
     probs_in = _check_probs(probs_in, "probs_in")
     probs_out = _check_probs(probs_out, "probs_out")
@@ -367,9 +372,11 @@ def ood_report(
             f"probs_in and probs_out must have the same number of classes, "
             f"got {probs_in.shape[2]} and {probs_out.shape[2]}"
         )
-    with_energy = energy_in is not None and energy_out is not None
-    scores_in = uncertainty_scores(probs_in, energy_in if with_energy else None)
-    scores_out = uncertainty_scores(probs_out, energy_out if with_energy else None)
+    both = (given_in or {}).keys() & (given_out or {}).keys()
+    scores_in = uncertainty_scores(
+        probs_in, {k: v for k, v in (given_in or {}).items() if k in both}
+    )
+    scores_out = uncertainty_scores(probs_out, {k: given_out[k] for k in both})
     return {name: ood_detection(scores_in[name], scores_out[name]) for name in scores_in}
 
 
@@ -520,7 +527,8 @@ class Score:
 
     #: its key in ``metrics["ood"][SET]``
     name: str
-    #: probs (S, N, C) → (N,); None for the free energy, which the caller gives (from logits)
+    #: probs (S, N, C) → (N,); None for a score the network gives, not its probabilities (the
+    #: free energy of its logits, the feature-space scores): the caller passes it
     function: Callable[[np.ndarray], np.ndarray] | None
     #: in words, for axis labels
     label: str
@@ -619,4 +627,12 @@ register_score(Score(name="mutual_information", function=mutual_information,
 register_score(Score(name="std_top", function=std_top, label="std of top-class probability",
     column=True))
 register_score(Score(name="energy", function=None, label="free energy"))
+register_score(Score(name="mahalanobis", function=None, label="Mahalanobis distance",
+    column=True))
+register_score(Score(name="relative_mahalanobis", function=None,
+    label="relative Mahalanobis distance", column=True))
+register_score(Score(name="feature_density", function=None,
+    label="−log feature density (GMM)", column=True))
+register_score(Score(name="knn", function=None, label="distance to k-th nearest neighbour",
+    column=True))
 # fmt: on

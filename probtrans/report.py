@@ -16,11 +16,14 @@ OOD_NOTE = (
 )
 
 
-def format_ood_table(ood: dict[str, dict]) -> str:
+def format_ood_table(ood: dict[str, dict], first: str | None = None) -> str:
     """The out-of-domain detection of ``metrics["ood"]`` as a text table: one row per set and
-    measure (AUROC, AUPR, FPR@95), one column per uncertainty score, and a line per labelled
-    set with its metrics (those of :data:`probtrans.metrics.METRICS` marked ``shifted``)."""
+    measure (AUROC, AUPR, FPR@95), one column per uncertainty score (``first``, the recommended
+    one, leading), and a line per labelled set with its metrics (those of
+    :data:`probtrans.metrics.METRICS` marked ``shifted``)."""
     scores = [s for s in UNCERTAINTY_SCORES if any(s in report for report in ood.values())]
+    if first in scores:
+        scores = [first, *(s for s in scores if s != first)]
     rows = [["set", "measure", *scores]]
     shifted = []
     for set_name, report in ood.items():

@@ -111,11 +111,11 @@ def torch_uncertainty_metrics() -> list[metrics.Metric]:
 def summarise(
     probs: dict[str, np.ndarray],
     labels: dict[str, np.ndarray],
-    energy: dict[str, np.ndarray] | None = None,
+    given: dict[str, dict[str, np.ndarray]] | None = None,
 ) -> dict[str, Any]:
     """probs: split → (S, N, C) for ``val``, ``test`` and every ``ood:NAME``; labels: split →
-    (N,); energy: split → (N,) free energies where the predictive has logits (adds the
-    ``energy`` score)."""
+    (N,); given: split → score → (N,), the scores the network gives (the free energy where the
+    predictive has logits, the feature-space scores where the run fitted them)."""
     n_classes = probs["test"].shape[-1]
     scores: dict[str, Any] = metrics.classification_metrics(probs["test"], labels["test"])
     scores["test_elpd"], scores["test_elpd_se"], _ = elpd.heldout_elpd(
@@ -128,14 +128,14 @@ def summarise(
     for key, value in metrics.classification_metrics(tempered, labels["test"], scaled).items():
         scores[f"ts_{key}"] = value
     shifted = [m for m in metrics.METRICS.entries() if m.shifted]
-    energy = energy or {}
+    given = given or {}
     scores["ood"] = {}
     for name, probs_out in ood_sets(probs).items():
         split = ood_split(name)
         report: dict[str, Any] = {"n": int(probs_out.shape[1])}
         if report["n"]:
             report.update(
-                metrics.ood_report(probs["test"], probs_out, energy.get("test"), energy.get(split))
+                metrics.ood_report(probs["test"], probs_out, given.get("test"), given.get(split))
             )
         if has_class_labels(labels[split], n_classes):
             report.update(metrics.classification_metrics(probs_out, labels[split], shifted))

@@ -17,6 +17,7 @@ from sklearn.metrics import (
 )
 
 from probtrans import metrics
+from probtrans.feature_scores import FEATURE_SCORES
 
 
 @pytest.fixture
@@ -226,14 +227,18 @@ def test_fpr95_uses_every_roc_threshold():
     assert metrics.ood_detection(score_in, score_out)["fpr95"] == pytest.approx(0.05)
 
 
+#: the scores the network gives (not computed from its probabilities)
+GIVEN = ("energy", *FEATURE_SCORES)
+
+
 def _entropy_nats(p: np.ndarray) -> np.ndarray:
     return -(p * np.log(np.where(p > 0, p, 1.0))).sum(-1)
 
 
 def test_uncertainty_scores_against_their_definitions(random_predictions):
     probs, _ = random_predictions
-    energy = np.random.default_rng(3).normal(size=200)
-    scores = metrics.uncertainty_scores(probs, energy)
+    given = {name: np.random.default_rng(i).normal(size=200) for i, name in enumerate(GIVEN)}
+    scores = metrics.uncertainty_scores(probs, given)
     assert list(scores) == list(metrics.UNCERTAINTY_SCORES)
     mean = probs.mean(0)
     top = mean.argmax(1)
@@ -244,8 +249,9 @@ def test_uncertainty_scores_against_their_definitions(random_predictions):
         scores["mutual_information"], _entropy_nats(mean) - _entropy_nats(probs).mean(0), atol=1e-12
     )
     np.testing.assert_allclose(scores["std_top"], np.std(probs[:, np.arange(200), top], axis=0))
-    np.testing.assert_array_equal(scores["energy"], energy)
-    assert "energy" not in metrics.uncertainty_scores(probs)
+    for name in GIVEN:  # the scores the network gives are passed through as they are
+        np.testing.assert_array_equal(scores[name], given[name])
+    assert not set(GIVEN) & set(metrics.uncertainty_scores(probs))
 
 
 def test_every_score_agrees_with_sklearn_and_shares_the_orientation():
@@ -258,18 +264,21 @@ def test_every_score_agrees_with_sklearn_and_shares_the_orientation():
     probs_in = probs_in + rng.uniform(0, 0.01, probs_in.shape)
     probs_out = rng.dirichlet([1.0, 1.0, 1.0], size=(samples, n_out))
     probs_in /= probs_in.sum(-1, keepdims=True)
-    energy_in, energy_out = rng.normal(-8, 1, n_in), rng.normal(-2, 1, n_out)
-    report = metrics.ood_report(probs_in, probs_out, energy_in, energy_out)
+    given_in = {name: rng.normal(-8, 1, n_in) for name in GIVEN}
+    given_out = {name: rng.normal(-2, 1, n_out) for name in GIVEN}
+    report = metrics.ood_report(probs_in, probs_out, given_in, given_out)
     assert list(report) == list(metrics.UNCERTAINTY_SCORES)
-    scores_in = metrics.uncertainty_scores(probs_in, energy_in)
-    scores_out = metrics.uncertainty_scores(probs_out, energy_out)
+    scores_in = metrics.uncertainty_scores(probs_in, given_in)
+    scores_out = metrics.uncertainty_scores(probs_out, given_out)
     is_ood = np.r_[np.zeros(n_in), np.ones(n_out)]
     for name, result in report.items():
         score = np.r_[scores_in[name], scores_out[name]]
         assert result["auroc"] == pytest.approx(roc_auc_score(is_ood, score)), name
         assert result["aupr"] == pytest.approx(average_precision_score(is_ood, score)), name
         assert result["auroc"] > 0.9, name  # higher = more uncertain, for every score
-    assert "energy" not in metrics.ood_report(probs_in, probs_out)
+    assert not set(GIVEN) & set(metrics.ood_report(probs_in, probs_out))
+    one_side = metrics.ood_report(probs_in, probs_out, given_in, {})  # a score needs both sides
+    assert not set(GIVEN) & set(one_side)
 
 
 # ----------------------------------------------------------------------------- selective prediction
@@ -464,7 +473,8 @@ def test_every_metric_is_described():
     assert len(set(names)) == len(names)
     assert [m.name for m in described if m.min_draws > 1] == ["disagreement"]
     assert [s.name for s in metrics.UNCERTAINTY_SCORES.entries() if s.function is None] == [
-        "energy"
+        "energy",
+        *FEATURE_SCORES,
     ]
 
 
@@ -495,7 +505,7 @@ def test_bad_shapes_raise():
     with pytest.raises(ValueError, match="same number of classes"):
         metrics.ood_report(probs, np.full((2, 3, 2), 0.5))
     with pytest.raises(ValueError, match=r"energy must have shape \(3,\)"):
-        metrics.uncertainty_scores(probs, np.zeros(4))
+        metrics.uncertainty_scores(probs, {"energy": np.zeros(4)})
     with pytest.raises(ValueError, match="score_out must be a non-empty 1-D array"):
         metrics.ood_detection(np.zeros(3), np.zeros((2, 2)))
 
