@@ -57,7 +57,8 @@ def print_metrics(scores: dict) -> None:
     for variant in ["", *variants(scores)]:
         ood = scores.get(f"{variant}.ood" if variant else "ood")
         if ood:
-            print(f"{variant or 'plain'} predictive:\n{format_ood_table(ood)}")
+            first = scores.get("ood_score")
+            print(f"{variant or 'plain'} predictive:\n{format_ood_table(ood, first)}")
 
 
 def check_run_options(args: argparse.Namespace) -> None:
@@ -332,7 +333,7 @@ def parser() -> argparse.ArgumentParser:
         "--ood-score",
         choices=UNCERTAINTY_SCORES,
         help="the uncertainty score of the out-of-domain columns (default: the preset's, or "
-        "entropy)",
+        "the recommended one, [predictive] ood_score's default)",
     )
     compare.add_argument("--device", default="cpu", help="cpu or cuda")
     compare.add_argument("--quiet", action="store_true", help="no progress bars")

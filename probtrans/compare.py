@@ -211,29 +211,42 @@ class Instance:
 
     probs: dict[str, np.ndarray]  # split → (S, N, C)
     labels: dict[str, np.ndarray]  # split → (N,)
-    energy: dict[str, np.ndarray] | None  # split → (N,); None where there are no logits
+    given: dict[str, dict[str, np.ndarray]]  # split → score → (N,): energy, feature scores
     seconds: float  # training
 
 
 def method_probs(method: Method, folders: list[Path]) -> list[Instance]:
-    """The method's predictive per seed, or one deep ensemble combining the seeds' draws."""
+    """The method's predictive per seed, or one deep ensemble combining the seeds' draws; the
+    scores the network gives (free energy, feature scores) of an ensemble are the means over
+    its seeds' runs of those every run has."""
     rows = []
     for folder in folders:
-        probs, labels, energy = read_probs(folder / "probs.npz")
-        check_samples(folder, read_json(folder / "metrics.json", expect=dict), probs)
-        if method.variant not in probs:
+        kept = read_probs(folder / "probs.npz")
+        check_samples(folder, read_json(folder / "metrics.json", expect=dict), kept.probs)
+        if method.variant not in kept.probs:
             raise missing_variant(method)
         seconds = read_timing(folder).get("train_seconds", 0.0)
-        rows.append(Instance(probs[method.variant], labels, energy.get(method.variant), seconds))
+        rows.append(
+            Instance(kept.probs[method.variant], kept.labels, kept.given(method.variant), seconds)
+        )
     if method.ensemble:
         combined = {s: np.concatenate([r.probs[s] for r in rows]) for s in rows[0].probs}
-        energies = None
-        if all(r.energy is not None for r in rows):  # the mean over all draws, equal S per seed
-            energies = {s: np.mean([r.energy[s] for r in rows], axis=0) for s in rows[0].energy}
-        rows = [Instance(combined, rows[0].labels, energies, sum(r.seconds for r in rows))]
-    if method.temperature:  # tempered logits are not kept: no energy
+        given = {  # the mean over all draws (equal S per seed), of the scores every run gives
+            split: {
+                score: np.mean([r.given[split][score] for r in rows], axis=0)
+                for score in set.intersection(*(set(r.given.get(split, {})) for r in rows))
+            }
+            for split in rows[0].given
+        }
+        rows = [Instance(combined, rows[0].labels, given, sum(r.seconds for r in rows))]
+    if method.temperature:  # tempered logits are not kept: no energy; the features stay
         rows = [
-            Instance(temperature_scaled_splits(r.probs, r.labels), r.labels, None, r.seconds)
+            Instance(
+                temperature_scaled_splits(r.probs, r.labels),
+                r.labels,
+                {s: {k: v for k, v in by.items() if k != "energy"} for s, by in r.given.items()},
+                r.seconds,
+            )
             for r in rows
         ]
     return rows
@@ -303,7 +316,7 @@ def table_rows(comparison: Comparison, out: Path) -> list[dict[str, str]]:
     for method in comparison.method:
         folders = [run_dir(out, method, seed) for seed in comparison.seeds_of(method)]
         instances = method_probs(method, folders)
-        scores = [summarise(r.probs, r.labels, r.energy) for r in instances]
+        scores = [summarise(r.probs, r.labels, r.given) for r in instances]
         row = {"method": method.name, "seeds": str(len(folders))}
         row[f"ID {metric} ({shown.unit})"] = mean_std([s[metric] for s in scores], shown.scale)
         for column in comparison_metrics():

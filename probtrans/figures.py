@@ -78,7 +78,7 @@ class Predictive(Protocol):
 
     probs: dict[str, np.ndarray]  # split → (S, N, C)
     labels: dict[str, np.ndarray]  # split → (N,)
-    energy: dict[str, np.ndarray] | None  # split → (N,)
+    given: dict[str, dict[str, np.ndarray]]  # split → score → (N,): energy, feature scores
 
 
 # ----------------------------------------------------------------------------- words
@@ -413,13 +413,30 @@ def run_figure(
     probs_out: dict[str, np.ndarray],
     title: str = "",
     history: Sequence[dict] | None = None,
+    given: dict[str, dict[str, np.ndarray]] | None = None,
+    ood_score: str = "entropy",
 ) -> Figure:
     """A run on one page, a 2 × 3 grid: reliability with the examples per bin beneath,
     predictive entropy and mutual information in vs out of domain (histograms, box plots
-    beyond :data:`MAX_OVERLAID` sets), the OOD ROC curves by predictive entropy,
-    risk–coverage, and the training curves of ``history``. ``probs_in`` (S, N_in, C) and each of
-    ``probs_out`` (S', N_out, C) are posterior-predictive samples."""
+    beyond :data:`MAX_OVERLAID` sets), the OOD ROC curves by ``ood_score`` (predictive entropy
+    where the run does not give it), risk–coverage, and the training curves of ``history``.
+    ``probs_in`` (S, N_in, C) and each of ``probs_out`` (S', N_out, C) are posterior-predictive
+    samples; ``given`` (split → score → (N,); ``test`` and ``ood:NAME``) the scores the network
+    gives (free energy, feature scores)."""
     probs_out = {k: p for k, p in probs_out.items() if p.shape[1]}
+    given = given or {}
+
+    def by_score(name: str) -> tuple[np.ndarray | None, dict[str, np.ndarray | None]]:
+        score_in = uncertainty_scores(probs_in, given.get("test")).get(name)
+        out = {
+            k: uncertainty_scores(p, given.get(ood_split(k))).get(name)
+            for k, p in probs_out.items()
+        }
+        return score_in, out
+
+    roc_in, roc_out = by_score(ood_score)
+    if roc_in is None or any(value is None for value in roc_out.values()):  # not given here
+        ood_score, (roc_in, roc_out) = "entropy", by_score("entropy")
     many = len(probs_out) > MAX_OVERLAID
     height = max(RUN_FIGSIZE[1], 0.5 * len(probs_out)) if many else RUN_FIGSIZE[1]
     fig = Figure(figsize=(RUN_FIGSIZE[0], height), layout="constrained")
@@ -451,7 +468,7 @@ def run_figure(
             uncertainty_boxes(ax, score_in, scores_out, name)
         else:
             uncertainty_histograms(ax, score_in, scores_out, name, colours)
-    roc_curves(roc_ax, entropy_in, entropy_out, score_label("entropy"), colours)
+    roc_curves(roc_ax, roc_in, roc_out, score_label(ood_score), colours)
     risk_coverage_curve(risk_ax, mean_in, labels_in)
     training_curves(objective_ax, validation_ax, history or [])
     if title:
@@ -466,10 +483,13 @@ def save_run_figure(
     probs_out: dict[str, np.ndarray],
     title: str = "",
     history: Sequence[dict] | None = None,
+    given: dict[str, dict[str, np.ndarray]] | None = None,
+    ood_score: str = "entropy",
 ) -> Path:
     """Write :func:`run_figure` as a PNG, atomically (:func:`probtrans.io.save_png`). Returns
     ``path`` as a :class:`~pathlib.Path`."""
-    return save_png(run_figure(probs_in, labels_in, probs_out, title, history), path)
+    figure = run_figure(probs_in, labels_in, probs_out, title, history, given, ood_score)
+    return save_png(figure, path)
 
 
 # ----------------------------------------------------------------------------- comparisons
@@ -573,11 +593,11 @@ def compared_roc(
         return
     split = ood_split(sets[0])
     for name, (colour, marker) in styles.items():
-        probs, energy = first[name].probs, first[name].energy or {}
-        score_in = uncertainty_scores(probs["test"], energy.get("test")).get(score)
-        score_out = uncertainty_scores(probs[split], energy.get(split)).get(score)
+        probs, given = first[name].probs, first[name].given
+        score_in = uncertainty_scores(probs["test"], given.get("test")).get(score)
+        score_out = uncertainty_scores(probs[split], given.get(split)).get(score)
         if score_in is None or score_out is None:
-            continue  # no logits, no energy
+            continue  # a score the network does not give (no logits, no features)
         is_ood = np.concatenate([np.zeros(score_in.size), np.ones(score_out.size)])
         fpr, tpr, _ = roc_curve(is_ood, np.concatenate([score_in, score_out]))
         every = max(1, len(fpr) // 6)
@@ -610,7 +630,7 @@ def compared_metrics(
 ) -> None:
     """One small panel per metric, a row per method: mean ± std over its predictives."""
     summaries = {
-        name: [summarise(p.probs, p.labels, p.energy) for p in predictives]
+        name: [summarise(p.probs, p.labels, p.given) for p in predictives]
         for name, predictives in methods.items()
     }
     panels = [

@@ -12,6 +12,10 @@
   class;
 * ``entropy_percentile`` — with reference entropies (the validation split's): the percentage of
   them ≤ the input's entropy; 90 means as uncertain as the 10% most uncertain validation inputs;
+* the feature-space scores where the run has them (``mahalanobis``, ``relative_mahalanobis``,
+  ``feature_density``, ``knn``; :mod:`probtrans.feature_scores`), each followed by its
+  percentile among the validation split's (``mahalanobis_percentile``, ...): a percentile of
+  99 means farther from the training data than 99 % of the validation inputs;
 * ``label`` — with labels: the class name of the label, or "" where the label is −1 (no class).
 
 Entropies are in nats (natural logarithms), computed by :mod:`probtrans.metrics`.
@@ -43,11 +47,15 @@ def prediction_columns(
     class_names: list[str],
     reference_entropy: np.ndarray | None = None,
     labels: np.ndarray | None = None,
+    given: dict[str, np.ndarray] | None = None,
+    given_references: dict[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """The columns of the module docstring for ``probs`` (S, N, C), each of length N.
 
     ``class_names`` has C names; ``reference_entropy`` (any number of entropies, in nats) adds
-    ``entropy_percentile``; ``labels`` (N,), classes 0..C−1 or −1 for none, adds ``label``.
+    ``entropy_percentile``; ``labels`` (N,), classes 0..C−1 or −1 for none, adds ``label``;
+    ``given`` (score → (N,)) the scores the network gives (feature-space scores), each with
+    its percentile among ``given_references`` (score → the validation split's values).
     Entropies and mutual information are in nats (natural logarithms). Raises ValueError for
     arrays of the wrong shape.
     """
@@ -59,25 +67,29 @@ def prediction_columns(
         raise ValueError(f"class_names has {len(names)} names but probs has {n_classes} classes")
     if len(set(names)) != len(names):
         raise ValueError(f"class_names must be distinct, got {names}")
-    scores = metrics.uncertainty_scores(probs)
+    scores = metrics.uncertainty_scores(probs, given)
     columns: dict[str, np.ndarray] = {"predicted": np.array(names, dtype=str)[mean.argmax(1)]}
     columns.update({f"p_{name}": mean[:, c] for c, name in enumerate(names)})
+    references = given_references or {}
     for score in metrics.UNCERTAINTY_SCORES.entries():
-        if score.column:
+        if score.column and score.name in scores:
             columns[score.name] = scores[score.name]
+            if score.function is None and score.name in references:
+                percentile = percentile_among(scores[score.name], references[score.name])
+                columns[f"{score.name}_percentile"] = percentile
     if reference_entropy is not None:
-        columns["entropy_percentile"] = entropy_percentile(scores["entropy"], reference_entropy)
+        columns["entropy_percentile"] = percentile_among(scores["entropy"], reference_entropy)
     if labels is not None:
         columns["label"] = _label_names(labels, names, n_examples)
     return columns
 
 
-def entropy_percentile(entropy: np.ndarray, reference: np.ndarray) -> np.ndarray:
-    """For each entropy, the percentage (0–100) of ``reference`` values ≤ it."""
+def percentile_among(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """For each value, the percentage (0–100) of ``reference`` values ≤ it."""
     reference = np.sort(np.asarray(reference, dtype=np.float64).ravel())
     if reference.size == 0:
-        raise ValueError("reference_entropy must not be empty")
-    below = np.searchsorted(reference, np.asarray(entropy, dtype=np.float64), side="right")
+        raise ValueError("the reference values must not be empty")
+    below = np.searchsorted(reference, np.asarray(values, dtype=np.float64), side="right")
     return 100.0 * below / reference.size
 
 

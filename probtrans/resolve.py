@@ -1,5 +1,5 @@
-"""Name resolution: the names a spec uses (a data set, a guide, an inducing-variable guide) are
-checked against their registries, one layer above them.
+"""Name resolution: the names a spec uses (a data set, a guide, an inducing-variable guide, an
+uncertainty score) are checked against their registries, one layer above them.
 
 :func:`load_model_spec` and :func:`load_inference_spec` read a spec file, check it against its
 schema (:mod:`probtrans.specs`) and then check every registry name in it, so a typo stops a run
@@ -17,6 +17,7 @@ from probtrans.data.sources import DATA_SOURCES, is_image
 from probtrans.errors import ConfigError
 from probtrans.gp.guides import INDUCING_GUIDES
 from probtrans.guides import GUIDES
+from probtrans.metrics import UNCERTAINTY_SCORES
 from probtrans.registry import Registry
 from probtrans.specs import InferenceSpec, ModelSpec, read_inference_spec, read_model_spec
 from probtrans.specs.base import SpecFile
@@ -25,7 +26,11 @@ from probtrans.specs.base import SpecFile
 #: fields' TOML names are their attribute names)
 NAMES: dict[type[SpecFile], list[tuple[str, Registry]]] = {
     ModelSpec: [("data.name", DATA_SOURCES)],
-    InferenceSpec: [("guide.name", GUIDES), ("guide.inducing", INDUCING_GUIDES)],
+    InferenceSpec: [
+        ("guide.name", GUIDES),
+        ("guide.inducing", INDUCING_GUIDES),
+        ("predictive.ood_score", UNCERTAINTY_SCORES),
+    ],
 }
 
 

@@ -132,7 +132,7 @@ def test_last_layer_laplace_runs_on_a_trained_run(tiny_run, device):
         split_predictives(run, run.posterior_samples(3))
     run = load_run(tiny_run, device, data=load_data(run.model_spec.data))
     run.inference_spec.predictive.posthoc = ["laplace", "mc_dropout"]
-    probs, energy, _ = split_predictives(run, run.posterior_samples(3), device)
+    probs, energy, _, _ = split_predictives(run, run.posterior_samples(3), device)
     assert set(probs) == {"plain", "laplace", "mc_dropout"}
     assert set(energy) == {"plain", "mc_dropout"}  # the Laplace predictive has no logits
     for variant in probs.values():

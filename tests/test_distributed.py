@@ -153,7 +153,7 @@ def test_two_processes_with_half_batches_follow_one_process_with_the_whole_batch
     for a, b in zip(*history, strict=True):
         assert a["elbo"] == pytest.approx(b["elbo"], rel=1e-6)
         assert a["val_nll"] == pytest.approx(b["val_nll"], rel=1e-5)
-    single_probs, parallel_probs = (read_probs(f / "probs.npz")[0]["plain"] for f in (one, two))
+    single_probs, parallel_probs = (read_probs(f / "probs.npz").probs["plain"] for f in (one, two))
     for split, value in single_probs.items():  # the network's outputs, key bias included
         np.testing.assert_allclose(parallel_probs[split], value, rtol=0, atol=1e-5, err_msg=split)
 

@@ -82,7 +82,8 @@ def test_mfvi_at_the_default_settings_has_finite_pareto_k_on_the_training_exampl
 
 
 def test_heldout_elpd_is_the_log_mean_over_draws_of_the_label_probability(mfvi_run):
-    probs, labels, _ = read_probs(mfvi_run / "probs.npz")
+    kept = read_probs(mfvi_run / "probs.npz")
+    probs, labels = kept.probs, kept.labels
     test, y = probs["plain"]["test"].astype(np.float64), labels["test"]  # (S, N, C), (N,)
     n_draws, n = test.shape[:2]
     pointwise = logsumexp(np.log(test[:, np.arange(n), y]), axis=0) - math.log(n_draws)

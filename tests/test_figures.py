@@ -3,7 +3,7 @@ comparison figure have their panels at a fixed size."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
@@ -206,7 +206,7 @@ def test_run_title_says_what_the_run_is():
 class Predictive:
     probs: dict[str, np.ndarray]
     labels: dict[str, np.ndarray]
-    energy: dict[str, np.ndarray] | None = None
+    given: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
 
 
 def predictive(seed: int, concentration: float) -> Predictive:

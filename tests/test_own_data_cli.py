@@ -14,6 +14,7 @@ import pytest
 
 from probtrans import metrics
 from probtrans.cli import main
+from probtrans.feature_scores import FEATURE_SCORES
 from tests.conftest import ROOT, TINY_MODEL
 
 POSITIVE = ["good", "great", "fine", "lovely", "superb"]
@@ -124,6 +125,7 @@ def test_fit_predict_and_evaluate_on_your_own_text_files(project, capsys, tmp_pa
         "expected_entropy",
         "mutual_information",
         "std_top",
+        *(f"{name}{part}" for name in FEATURE_SCORES for part in ("", "_percentile")),
         "entropy_percentile",
         "label",
     ]

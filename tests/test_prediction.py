@@ -91,7 +91,7 @@ def test_entropy_percentile_and_labels():
         (PROBS[0], NAMES, {}, "probs must be 3-D"),
         (PROBS, NAMES[:2], {}, "class_names has 2 names but probs has 3 classes"),
         (PROBS, ["a", "a", "b"], {}, "class_names must be distinct"),
-        (PROBS, NAMES, {"reference_entropy": np.array([])}, "reference_entropy must not be empty"),
+        (PROBS, NAMES, {"reference_entropy": np.array([])}, "reference values must not be empty"),
         (PROBS, NAMES, {"labels": np.array([0, 1])}, r"labels must be integers of shape \(3,\)"),
         (PROBS, NAMES, {"labels": np.array([0.0, 1, 2])}, "labels must be integers"),
         (PROBS, NAMES, {"labels": np.array([0, 3, 1])}, r"labels must lie in -1..2"),

@@ -45,12 +45,15 @@ def posterior_predictives(
     samples: int,
     device: str = "cpu",
     progress: bool = False,
-) -> tuple[Probs, Energy, dict[str, dict[str, np.ndarray]]]:
+) -> tuple[Probs, Energy, dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
     """Class probabilities of the ``plain`` predictive and of ``spec.posthoc``'s variants, the
     free energy of the variants with logits (all but ``laplace``; the mean over samples of
-    −log Σ_c exp f_c), and every site of the plain predictive per split (for the InferenceData),
-    from the S posterior ``draws`` of the global sites (the same draws on every split)."""
+    −log Σ_c exp f_c), every site of the plain predictive per split (for the InferenceData),
+    and, where the feature scores or the Laplace need them, the plain predictive's pooled
+    features per split (S, N, D); from the S posterior ``draws`` of the global sites (the same
+    draws on every split)."""
     laplace = needs_training_split(spec)
+    with_features = laplace or spec.feature_scores
     splits = data.splits()
 
     def on(split: str, **options: Any) -> dict[str, np.ndarray]:
@@ -66,7 +69,8 @@ def posterior_predictives(
             **options,
         )
 
-    outputs = {"plain": {split: on(split, extra_sites=("features",) * laplace) for split in splits}}
+    extra = ("features",) * with_features
+    outputs = {"plain": {split: on(split, extra_sites=extra) for split in splits}}
     if "mc_dropout" in spec.posthoc:
         outputs["mc_dropout"] = {split: on(split, mc_dropout=True) for split in splits}
     probs = {v: {split: out["probs"] for split, out in by.items()} for v, by in outputs.items()}
@@ -74,10 +78,10 @@ def posterior_predictives(
         v: {split: out["energy"].mean(0) for split, out in by.items()} for v, by in outputs.items()
     }
     plain = outputs["plain"]
+    features = {split: out.pop("features") for split, out in plain.items() if with_features}
     if laplace:
-        features = {split: out.pop("features") for split, out in plain.items()}
         probs["laplace"] = last_layer_laplace(classifier, data, spec, draws, features, device)
-    return probs, energy, plain
+    return probs, energy, plain, features
 
 
 def last_layer_laplace(

@@ -26,6 +26,7 @@ from probtrans.data.file_bundle import add_ood_sets
 from probtrans.data.saved import save_bundle
 from probtrans.elpd import Loo, psis_loo
 from probtrans.errors import ProbtransError
+from probtrans.feature_scores import FeatureDensity, fit_feature_scores
 from probtrans.inference.objective import ELBO_KEYS
 from probtrans.inference.posthoc import Energy, Probs, needs_training_split, posterior_predictives
 from probtrans.inference.predictive import (
@@ -34,12 +35,17 @@ from probtrans.inference.predictive import (
     is_point_mass,
     log_likelihood,
     netcdf_bytes,
+    sample_predictive,
     varies_in_the_head_only,
 )
-from probtrans.io import read_json, write_bytes, write_json
+from probtrans.io import read_json, write_bytes, write_json, write_npz
 from probtrans.lock import folder_lock
 from probtrans.runs.folder import (
+    FEATURE_FILE,
+    FeatureScores,
     RunInfo,
+    given_scores,
+    read_feature_density,
     read_timing,
     replace_folder,
     staged_copy,
@@ -66,11 +72,12 @@ def split_predictives(
     device: str = "cpu",
     seed: int = 0,
     progress: bool = False,
-) -> tuple[Probs, Energy, dict[str, dict[str, np.ndarray]]]:
+) -> tuple[Probs, Energy, dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
     """The plain posterior predictive and the spec's post-hoc variants on the run's own splits
-    (:func:`probtrans.inference.posthoc.posterior_predictives`) from the S posterior ``draws``;
-    the local randomness (attention, dropout) is seeded with ``seed`` first, so it is the same
-    whether the draws come from the guide or the checkpoint."""
+    (:func:`probtrans.inference.posthoc.posterior_predictives`, with the pooled features where
+    they are needed) from the S posterior ``draws``; the local randomness (attention, dropout)
+    is seeded with ``seed`` first, so it is the same whether the draws come from the guide or
+    the checkpoint."""
     samples = min((len(value) for value in draws.values()), default=1)
     pyro.set_rng_seed(seed)
     spec = run.inference_spec.predictive
@@ -136,6 +143,79 @@ def likelihoods(
     return Likelihoods(posterior, test, train, psis_loo(train, is_point_mass(draws)), "")
 
 
+def fit_feature_density(
+    run: Run, draws: Draws, device: str = "cpu", seed: int = 0, progress: bool = False
+) -> FeatureDensity | None:
+    """The feature-space scores of the run (``[predictive] feature_scores``), fitted on the
+    training split's pooled features averaged over the posterior ``draws``
+    (:func:`probtrans.feature_scores.fit_feature_scores`) and written to ``feature_scores.npz``;
+    a folder that keeps no training split keeps the scores it has (None if none, with a note).
+    A class that falls back to the shared covariance, or has no training example, gets a note."""
+    spec = run.inference_spec.predictive
+    path = run.path / FEATURE_FILE
+    if not spec.feature_scores:
+        return None
+    if len(run.data.train) == 0:
+        if path.is_file():
+            return read_feature_density(path)
+        print(
+            f"note: {run.path}: no feature scores: the folder keeps no training split to fit "
+            f"them on (a run written before they were fitted; fit it again to have them)",
+            file=sys.stderr,
+        )
+        return None
+    if not path.is_file() and (run.path / "metrics.json").is_file():
+        print(f"note: {run.path}: fitting its feature scores ({FEATURE_FILE})", file=sys.stderr)
+    samples = min((len(value) for value in draws.values()), default=1)
+    pyro.set_rng_seed(seed)
+    features = sample_predictive(
+        run.classifier,
+        None,
+        run.data.train,
+        samples,
+        spec.batch_size,
+        device,
+        draws=draws,
+        extra_sites=("features",),
+        progress=progress,
+    )["features"].mean(0)
+    labels = run.data.train.labels.numpy()
+    n_classes = len(run.data.class_names)
+    try:
+        density = fit_feature_scores(features, labels, n_classes, spec.knn_neighbours)
+    except ProbtransError as err:  # too few examples, constant features: the run goes on
+        print(f"note: {run.path}: no feature scores ({err})", file=sys.stderr)
+        return None
+    names = run.data.class_names
+    for classes, what in (
+        (
+            density.shared_covariance_classes,
+            "fewer training examples than feature dimensions "
+            "for a covariance of their own: they use the shared one",
+        ),
+        (density.missing_classes, "no training example: the feature scores leave them out"),
+    ):
+        if classes:
+            listed = ", ".join(repr(names[c]) for c in classes)
+            print(f"note: feature scores: the classes {listed} have {what}", file=sys.stderr)
+    write_npz(path, density.to_arrays())
+    return density
+
+
+def split_feature_scores(
+    density: FeatureDensity | None, features: dict[str, np.ndarray]
+) -> FeatureScores:
+    """split → score → (N,) of the pooled features (S, N, D) of every split, averaged over the
+    S draws; none without a fitted ``density``."""
+    if density is None:
+        return {}
+    return {
+        split: density.scores(value.mean(0))
+        for split, value in features.items()
+        if value.shape[1] > 0
+    }
+
+
 def split_labels(data: DataBundle) -> dict[str, np.ndarray]:
     return {name: split.labels.numpy() for name, split in data.splits().items()}
 
@@ -157,14 +237,18 @@ def evaluate(
     wanted = max(samples, min(loo_draws(run.inference_spec.predictive), run.kept_draws()))
     draws = run.posterior_samples(wanted, seed)  # the only draw of the posterior
     first = {name: value[:samples] for name, value in draws.items()}
-    probs, energy, plain = split_predictives(run, first, device, seed, progress)
+    probs, energy, plain, features = split_predictives(run, first, device, seed, progress)
+    density = fit_feature_density(run, first, device, seed, progress)
+    feature = split_feature_scores(density, features)
     labels = split_labels(run.data)
-    scores = summarise(probs["plain"], labels, energy["plain"])
+    scores = summarise(probs["plain"], labels, given_scores(energy["plain"], feature))
     for variant in sorted(probs.keys() - {"plain"}):
-        variant_scores = summarise(probs[variant], labels, energy.get(variant))
+        given = given_scores(energy.get(variant), feature)
+        variant_scores = summarise(probs[variant], labels, given)
         scores.update({f"{variant}.{k}": v for k, v in variant_scores.items()})
     scores["posterior_samples"] = samples
-    write_probs(run.path / "probs.npz", probs, labels, energy)
+    scores["ood_score"] = run.inference_spec.predictive.ood_score  # the one shown first
+    write_probs(run.path / "probs.npz", probs, labels, energy, feature)
     pointwise = likelihoods(run, draws, samples, device, seed, progress)
     scores.update(pointwise.metrics())
     if pointwise.loo is not None and not pointwise.loo.reliable:
@@ -192,16 +276,18 @@ def evaluate(
             samples,
         ),
         history=figures.read_history(run.path / "history.json"),
+        given=given_scores(energy["plain"], feature),
+        ood_score=run.inference_spec.predictive.ood_score,
     )
     return scores
 
 
 def save_run_data(run: Run) -> None:
     """Keep the run's data in its folder, the training split too where a post-hoc predictive
-    is fitted on it or PSIS-LOO reads its log-likelihood."""
+    or the feature scores are fitted on it or PSIS-LOO reads its log-likelihood."""
     spec = run.inference_spec.predictive
-    needed = (needs_training_split(spec) or spec.loo_samples != 0) and len(run.data.train) > 0
-    save_bundle(run.path, run.data, with_train=needed)
+    needed = needs_training_split(spec) or spec.loo_samples != 0 or spec.feature_scores
+    save_bundle(run.path, run.data, with_train=needed and len(run.data.train) > 0)
 
 
 def evaluate_run(

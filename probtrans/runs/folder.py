@@ -11,7 +11,10 @@ Run folder (:data:`RUN_FILES`):
                                  variants (:func:`probtrans.summary.summarise`), PSIS-LOO
                                  (:mod:`probtrans.runs.evaluation`) and the :class:`RunInfo`
     probs.npz                    class probabilities (S, N, C) of every variant on the validation
-                                 and test splits and every out-of-domain set, free energies (N,)
+                                 and test splits and every out-of-domain set, free energies (N,),
+                                 feature-space scores (N,)
+    feature_scores.npz           the feature-space scores fitted on the training split
+                                 (:mod:`probtrans.feature_scores`), for new inputs
     predictive.nc                ArviZ InferenceData (NetCDF): the test posterior predictive, the
                                  posterior draws of the global sites and the training
                                  log-likelihood that ``az.loo`` reads
@@ -46,10 +49,12 @@ import numpy as np
 from probtrans.checkpoint import UnreadableCheckpoint, load_checkpoint, set_aside
 from probtrans.data.saved import DATA_FILES
 from probtrans.errors import ProbtransError
+from probtrans.feature_scores import FeatureDensity
 from probtrans.inference.posthoc import Energy, Probs
 from probtrans.inference.train import Resumable
 from probtrans.io import (
     DamagedFile,
+    checked_read,
     is_temporary_file,
     read_json,
     read_npz,
@@ -72,13 +77,19 @@ RUN_FILES = frozenset(
         "predictive.nc",
         "report.png",
         "timing.json",
+        "feature_scores.npz",
         *DATA_FILES,
     }
 )
+#: the fitted feature-space scores (:class:`probtrans.feature_scores.FeatureDensity`)
+FEATURE_FILE = "feature_scores.npz"
 #: the resume file of a staging folder
 RESUME = "resume.pt"
 #: the prefix of the free energies' keys in ``probs.npz``
 ENERGY = "energy."
+#: the prefix of the feature-space scores' keys in ``probs.npz``
+FEATURE = "feature."
+FeatureScores = dict[str, dict[str, np.ndarray]]  # split → score → (N,)
 
 
 @dataclass
@@ -241,9 +252,15 @@ def read_timing(folder: Path) -> dict[str, float]:
     return read_json(path, expect=dict) if path.is_file() else {}
 
 
-def write_probs(path: Path, probs: Probs, labels: dict[str, np.ndarray], energy: Energy) -> None:
-    """``probs.npz``: ``{variant}/{split}`` (S, N, C), ``labels/{split}`` (N,) and
-    ``energy.{variant}/{split}`` (N,)."""
+def write_probs(
+    path: Path,
+    probs: Probs,
+    labels: dict[str, np.ndarray],
+    energy: Energy,
+    features: FeatureScores | None = None,
+) -> None:
+    """``probs.npz``: ``{variant}/{split}`` (S, N, C), ``labels/{split}`` (N,),
+    ``energy.{variant}/{split}`` (N,) and ``feature.{score}/{split}`` (N,)."""
     arrays = {f"{v}/{s}": p.astype(np.float32) for v, by in probs.items() for s, p in by.items()}
     arrays.update({f"labels/{split}": value for split, value in labels.items()})
     arrays.update(
@@ -253,15 +270,50 @@ def write_probs(path: Path, probs: Probs, labels: dict[str, np.ndarray], energy:
             for s, e in by.items()
         }
     )
+    arrays.update(
+        {
+            f"{FEATURE}{name}/{s}": value.astype(np.float32)
+            for s, by in (features or {}).items()
+            for name, value in by.items()
+        }
+    )
     write_npz(path, arrays)
 
 
-def read_probs(path: Path) -> tuple[Probs, dict[str, np.ndarray], Energy]:
-    """Inverse of :func:`write_probs`: probabilities, labels, energies (none in runs written
-    before they were kept). Checked: the plain predictive of the validation and test splits,
-    (S, N, C) arrays whose N matches their split's labels; else an error naming the file."""
+@dataclass
+class KeptPredictives:
+    """What ``probs.npz`` keeps (:func:`read_probs`)."""
+
+    probs: Probs  # variant → split → (S, N, C)
+    labels: dict[str, np.ndarray]  # split → (N,)
+    energy: Energy  # variant → split → (N,); none in runs written before they were kept
+    features: FeatureScores  # split → score → (N,); none in runs without feature scores
+
+    def given(self, variant: str) -> dict[str, dict[str, np.ndarray]]:
+        """split → score → (N,): the scores the network gives for ``variant``: its free energy
+        and the run's feature-space scores (the same for every variant)."""
+        return given_scores(self.energy.get(variant), self.features)
+
+
+def given_scores(
+    energy: dict[str, np.ndarray] | None, features: FeatureScores
+) -> dict[str, dict[str, np.ndarray]]:
+    """split → score → (N,): free energies (split → (N,)) and feature-space scores together, as
+    :func:`probtrans.summary.summarise` takes them."""
+    energy = energy or {}
+    return {
+        split: {**features.get(split, {}), **({"energy": energy[split]} if split in energy else {})}
+        for split in set(energy) | set(features)
+    }
+
+
+def read_probs(path: Path) -> KeptPredictives:
+    """Inverse of :func:`write_probs`. Checked: the plain predictive of the validation and test
+    splits, (S, N, C) arrays whose N matches their split's labels; else an error naming the
+    file."""
     probs: Probs = {}
     energy: Energy = {}
+    features: FeatureScores = {}
     labels = {}
     for key, value in read_npz(path).items():
         variant, slash, split = key.partition("/")
@@ -271,6 +323,8 @@ def read_probs(path: Path) -> tuple[Probs, dict[str, np.ndarray], Energy]:
             labels[split] = value
         elif variant.startswith(ENERGY):
             energy.setdefault(variant.removeprefix(ENERGY), {})[split] = value
+        elif variant.startswith(FEATURE):
+            features.setdefault(split, {})[variant.removeprefix(FEATURE)] = value
         else:
             probs.setdefault(variant, {})[split] = value
     for needed in ("plain/val", "plain/test"):
@@ -286,7 +340,14 @@ def read_probs(path: Path) -> tuple[Probs, dict[str, np.ndarray], Energy]:
                     f"{variant}/{split} of shape {value.shape} does not match its labels "
                     f"({'none' if rows is None else len(rows)}): want (S, N, C)",
                 )
-    return probs, labels, energy
+    return KeptPredictives(probs, labels, energy, features)
+
+
+def read_feature_density(path: Path) -> FeatureDensity:
+    """The feature-space scores kept in a run folder's ``feature_scores.npz``."""
+    arrays = read_npz(path)
+    with checked_read(path, "feature scores"):
+        return FeatureDensity.from_arrays(arrays)
 
 
 def check_samples(folder: Path, metrics: dict[str, Any], probs: Probs) -> None:

@@ -22,13 +22,14 @@ from probtrans.contract import keep_params_local, local_params
 from probtrans.data import DataBundle, DataSplit, load_data
 from probtrans.data.saved import load_saved_bundle
 from probtrans.errors import ProbtransError, in_file
+from probtrans.feature_scores import FeatureDensity
 from probtrans.inference.guide import build_guide, guide_in_words
 from probtrans.inference.predictive import posterior_draws, sample_predictive
 from probtrans.io import read_json
 from probtrans.model import Classifier, build_classifier
 from probtrans.prediction import prediction_columns
 from probtrans.resolve import load_inference_spec, load_model_spec, spec_folder
-from probtrans.runs.folder import read_probs
+from probtrans.runs.folder import FEATURE_FILE, KeptPredictives, read_feature_density, read_probs
 from probtrans.specs import InferenceSpec, ModelSpec
 
 #: the devices a run is fitted, evaluated or asked on
@@ -130,32 +131,65 @@ class Run:
         training), token ids (N, L) (0 = padding), raw images (N, C, H, W) or (N, H, W),
         scaled as the training images were, or a split made by :meth:`as_split`. Returns
         :func:`probtrans.prediction.prediction_columns`, one row per input, with the entropy
-        percentile among the run's validation examples (from its ``probs.npz``) and, given
-        ``labels`` (N,) (classes, −1 for none), the label's class name; the same numbers as
-        ``probtrans predict``."""
+        percentile among the run's validation examples (from its ``probs.npz``), the
+        feature-space scores where the run has them (:meth:`feature_density`) with their
+        percentiles, and, given ``labels`` (N,) (classes, −1 for none), the label's class name;
+        the same numbers as ``probtrans predict``."""
         samples = self.predictive_samples(samples)
         split = inputs if isinstance(inputs, DataSplit) else self.as_split(inputs)
         draws = self.posterior_samples(samples, seed)
         pyro.set_rng_seed(seed)  # the local randomness, as in evaluation
         batch = self.inference_spec.predictive.batch_size
         device = self.device
+        density = self.feature_density()
+        sites = ("features",) if density is not None else ()
 
-        def probs(part: DataSplit) -> np.ndarray:
-            return sample_predictive(
-                self.classifier, None, part, samples, batch, device, draws=draws, progress=progress
-            )["probs"]
+        def predictive(part: DataSplit) -> tuple[np.ndarray, dict[str, np.ndarray] | None]:
+            out = sample_predictive(
+                self.classifier,
+                None,
+                part,
+                samples,
+                batch,
+                device,
+                draws=draws,
+                extra_sites=sites,
+                progress=progress,
+            )  # probs (S, N, C), the feature scores of the features averaged over the S draws
+            given = None if density is None else density.scores(out["features"].mean(0))
+            return out["probs"], given
 
-        columns = probs(split)
-        validation = self.validation_probs()
-        if validation is None:
-            validation = probs(self.data.val)
+        probs, given = predictive(split)
+        kept = self.kept_predictives()
+        if kept is not None and (density is None or "val" in kept.features):
+            validation, references = kept.probs["plain"]["val"], kept.features.get("val")
+        else:
+            validation, references = predictive(self.data.val)
         reference = metrics.predictive_entropy(validation)
-        return prediction_columns(columns, self.data.class_names, reference, labels)
+        return prediction_columns(
+            probs, self.data.class_names, reference, labels, given, references
+        )
 
-    def validation_probs(self) -> np.ndarray | None:
-        """The validation predictive (S, N, C) the run's ``probs.npz`` keeps, if it has one."""
+    def kept_predictives(self) -> KeptPredictives | None:
+        """What the run's ``probs.npz`` keeps (the validation predictive and scores), if any."""
         path = self.path / "probs.npz"
-        return read_probs(path)[0]["plain"]["val"] if path.is_file() else None
+        return read_probs(path) if path.is_file() else None
+
+    def feature_density(self) -> FeatureDensity | None:
+        """The feature-space scores fitted on the run's training split (its
+        ``feature_scores.npz``), or None: not asked for (``[predictive] feature_scores =
+        false``), or a run written before they were fitted (with a note: ``probtrans evaluate``
+        fits them)."""
+        path = self.path / FEATURE_FILE
+        if path.is_file():
+            return read_feature_density(path)
+        if self.inference_spec.predictive.feature_scores:
+            print(
+                f"note: {self.path} has no feature scores ({FEATURE_FILE}: written before runs "
+                f"fitted them); probtrans evaluate {self.path} fits them",
+                file=sys.stderr,
+            )
+        return None
 
     def as_split(
         self, inputs: list[str] | torch.Tensor | np.ndarray, what: str = "inputs"

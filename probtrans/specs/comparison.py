@@ -7,7 +7,7 @@ from typing import Literal, get_args
 from pydantic import Field
 
 from probtrans.specs.base import PositiveInt, Seed, Spec, SpecFile
-from probtrans.specs.inference import Posthoc
+from probtrans.specs.inference import RECOMMENDED_OOD_SCORE, Posthoc
 
 #: the predictive a method reads from its runs: the plain one or a post-hoc variant
 Variant = Literal[("plain", *get_args(Posthoc))]
@@ -42,9 +42,10 @@ class Comparison(SpecFile):
     seeds: list[Seed] = Field([0], min_length=1)
     id_metric: Literal["accuracy", "mcc"] = "accuracy"
     """In-domain metric of the table (and of each labelled out-of-domain set)."""
-    ood_score: str = "entropy"
-    """The uncertainty score of the out-of-domain columns: msp, entropy, expected_entropy,
-    mutual_information, std_top or energy (``probtrans.metrics.UNCERTAINTY_SCORES``)."""
+    ood_score: str = RECOMMENDED_OOD_SCORE
+    """The uncertainty score of the out-of-domain columns: one of
+    ``probtrans.metrics.UNCERTAINTY_SCORES`` (msp, entropy, ..., energy, mahalanobis, ...);
+    default the recommended one."""
     epochs: PositiveInt | None = None
     """Override every inference spec's ``train.epochs``."""
     method: list[Method] = Field([], min_length=1)

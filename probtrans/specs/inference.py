@@ -95,6 +95,12 @@ class TrainSpec(Spec):
 AUTOMATIC_LOO_SAMPLES = 400
 
 
+#: the uncertainty score shown first, by default: the best mean rank of OOD AUROC over every
+#: (run, out-of-domain set) of ``benchmarks/ood_scores.py`` (README, "Does it know what it has
+#: not seen?")
+RECOMMENDED_OOD_SCORE = "mahalanobis"
+
+
 class PredictiveSpec(Spec):
     """``[predictive]``: the posterior predictive and its post-hoc variants."""
 
@@ -118,6 +124,19 @@ class PredictiveSpec(Spec):
     laplace_prior_precision: NonNegative = 0.0
     """Prior precision of the Laplace head posterior; 0 = the log-grid value with the lowest
     validation NLL."""
+    feature_scores: bool = True
+    """Fit the feature-space uncertainty scores (Mahalanobis, relative Mahalanobis, feature
+    density, k-NN; :mod:`probtrans.feature_scores`) on the training split's pooled features,
+    averaged over the ``samples`` posterior draws, and report them for every split and new
+    input. Costs one predictive pass over the training split (which the run folder then keeps)."""
+    knn_neighbours: PositiveInt = 50
+    """k of the ``knn`` score: the distance to the k-th nearest normalised training feature."""
+    ood_score: str = RECOMMENDED_OOD_SCORE
+    """The uncertainty score a run shows first (its OOD table, the ROC of its figure): one of
+    ``probtrans.metrics.UNCERTAINTY_SCORES``. The default is the score that separated
+    out-of-domain inputs best over the sets measured (README, "Does it know what it has not
+    seen?"); a score the run does not give (a feature score with ``feature_scores = false``)
+    falls back to ``entropy``."""
 
 
 class InferenceSpec(SpecFile):
