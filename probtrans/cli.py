@@ -115,6 +115,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from probtrans.specs.model import OodSetSpec
 
     check_run_options(args)
+    if args.adapt_online and args.adapt is None:
+        raise ProbtransError("--adapt-online: give --adapt tent too")
     sets = [ood_option(text) for text in args.ood]
     names = [name for name, _ in sets]
     repeated = sorted({name for name in names if names.count(name) > 1})
@@ -131,9 +133,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         seed=args.seed,
         progress=not args.quiet,
         ood=ood,
+        adapt=args.adapt,
+        adapt_online=args.adapt_online,
     )
     print_metrics(scores)
-    print(f"re-evaluated {args.run_dir} with {scores['posterior_samples']} posterior samples")
+    adapted = f", adapted to each test batch by {args.adapt}" if args.adapt else ""
+    print(
+        f"re-evaluated {args.run_dir} with {scores['posterior_samples']} posterior samples{adapted}"
+    )
     return 0
 
 
@@ -289,6 +296,18 @@ def parser() -> argparse.ArgumentParser:
         metavar="NAME=SOURCE",
         help=f"another out-of-domain set: a file ({suffixes(formats(labels=None))}) or "
         "hf:ID[:CONFIG][@SPLIT]; repeat for several",
+    )
+    evaluate.add_argument(
+        "--adapt",
+        choices=("em", "tent"),
+        help="adapt the model to each test batch before predicting it: em (Gaussian-mixture "
+        "attention's keys by EM, Movellan & Gabbur Eq. 29) or tent (entropy minimisation over "
+        "the LayerNorms, Wang et al. 2021)",
+    )
+    evaluate.add_argument(
+        "--adapt-online",
+        action="store_true",
+        help="tent: carry the adapted state from batch to batch (default: reset per batch)",
     )
     evaluate.set_defaults(run=cmd_evaluate)
 

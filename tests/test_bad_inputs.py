@@ -291,6 +291,8 @@ edited_model_case(
 )
 
 inference_case("unknown key", "epochz = 3\n", "unknown key 'predictive.epochz'")
+inference_case("unknown ood_score", 'ood_score = "mahalanobis2"\n', "predictive.ood_score")
+inference_case("knn_neighbours = 0", "knn_neighbours = 0\n", "predictive.knn_neighbours")
 
 
 def edited_inference_case(name: str, text: str, *names: str) -> None:
@@ -446,6 +448,24 @@ def _(w: Workspace) -> Expect:
     run = w.fitted_run()
     (run / "checkpoint.pt").write_bytes(b"")
     return Expect(["evaluate", str(run), "--quiet"], (str(run / "checkpoint.pt"),))
+
+
+@case("evaluate: --adapt em on a model without Gaussian-mixture attention")
+def _(w: Workspace) -> Expect:
+    run = w.fitted_run()
+    argv = ["evaluate", str(run), "--adapt", "em", "--quiet"]
+    return Expect(argv, ("'em' adapts Gaussian-mixture attention", "'h_sto'", "use 'tent'"))
+
+
+@case("evaluate: --adapt-online without --adapt")
+def _(w: Workspace) -> Expect:
+    return Expect(["evaluate", str(w.fitted_run()), "--adapt-online", "--quiet"], ("--adapt",))
+
+
+@case("evaluate: --adapt em --adapt-online")
+def _(w: Workspace) -> Expect:
+    argv = ["evaluate", str(w.fitted_run()), "--adapt", "em", "--adapt-online", "--quiet"]
+    return Expect(argv, ("online adaptation is for 'tent' only",))
 
 
 @case("evaluate: truncated checkpoint.pt")
@@ -1232,6 +1252,10 @@ ARGPARSE_CASES = {
     "fit: --seed 1.5": (["fit", "--seed", "1.5"], "argument --seed: invalid int value"),
     "evaluate: no run folder": (["evaluate"], "the following arguments are required: run_dir"),
     "compare: no --out": (["compare", "--preset", "p.toml"], "arguments are required: --out"),
+    "compare: --ood-score nope": (
+        ["compare", "--preset", "p.toml", "--out", "o", "--ood-score", "nope"],
+        "argument --ood-score: invalid choice: 'nope'",
+    ),
     "corrections: --n-test x": (["corrections", "--n-test", "x"], "argument --n-test"),
     "describe: two specs": (["describe", "a.toml", "b.toml"], "unrecognized arguments: b.toml"),
 }

@@ -87,6 +87,7 @@ RUN_FOLDER = {
     "checkpoint.pt",
     "data.json",
     "data.pt",
+    "feature_scores.npz",
     "history.csv",
     "history.json",
     "inference.toml",

@@ -15,6 +15,7 @@ The variants asked for are the inference spec's ``[predictive] posthoc``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -45,19 +46,22 @@ def posterior_predictives(
     samples: int,
     device: str = "cpu",
     progress: bool = False,
+    predictive: Callable[..., dict[str, np.ndarray]] = sample_predictive,
 ) -> tuple[Probs, Energy, dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
     """Class probabilities of the ``plain`` predictive and of ``spec.posthoc``'s variants, the
     free energy of the variants with logits (all but ``laplace``; the mean over samples of
     −log Σ_c exp f_c), every site of the plain predictive per split (for the InferenceData),
     and, where the feature scores or the Laplace need them, the plain predictive's pooled
     features per split (S, N, D); from the S posterior ``draws`` of the global sites (the same
-    draws on every split)."""
+    draws on every split). ``predictive`` computes each split's predictive: by default
+    :func:`~probtrans.inference.predictive.sample_predictive`; a test-time adaptation passes its
+    own, with the same arguments."""
     laplace = needs_training_split(spec)
     with_features = laplace or spec.feature_scores
     splits = data.splits()
 
     def on(split: str, **options: Any) -> dict[str, np.ndarray]:
-        return sample_predictive(
+        return predictive(
             classifier,
             None,
             splits[split],

@@ -9,9 +9,11 @@ log-likelihood (:class:`Likelihoods`).
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,7 @@ from probtrans.specs.base import check_seed
 from probtrans.specs.inference import AUTOMATIC_LOO_SAMPLES, PredictiveSpec
 from probtrans.specs.model import OodSetSpec
 from probtrans.summary import ood_sets, summarise
+from probtrans.test_time import Adaptation, Options, adaptation_options, adapted_predictive
 
 Draws = dict[str, torch.Tensor]  # site → (S, ...)
 
@@ -72,16 +75,21 @@ def split_predictives(
     device: str = "cpu",
     seed: int = 0,
     progress: bool = False,
+    adapt: Options | None = None,
 ) -> tuple[Probs, Energy, dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
     """The plain posterior predictive and the spec's post-hoc variants on the run's own splits
     (:func:`probtrans.inference.posthoc.posterior_predictives`, with the pooled features where
     they are needed) from the S posterior ``draws``; the local randomness (attention, dropout)
     is seeded with ``seed`` first, so it is the same whether the draws come from the guide or
-    the checkpoint."""
+    the checkpoint. ``adapt``: each batch predicted after a test-time adaptation to it
+    (:mod:`probtrans.test_time`)."""
     samples = min((len(value) for value in draws.values()), default=1)
     pyro.set_rng_seed(seed)
     spec = run.inference_spec.predictive
-    return posterior_predictives(run.classifier, draws, run.data, spec, samples, device, progress)
+    predictive = sample_predictive if adapt is None else adapted(adapt)
+    return posterior_predictives(
+        run.classifier, draws, run.data, spec, samples, device, progress, predictive
+    )
 
 
 @dataclass
@@ -216,6 +224,16 @@ def split_feature_scores(
     }
 
 
+def adapted(options: Options) -> Callable[..., dict[str, np.ndarray]]:
+    """:func:`~probtrans.inference.predictive.sample_predictive`'s stand-in that adapts the model
+    to each batch first (:func:`probtrans.test_time.adapted_predictive`)."""
+
+    def predictive(classifier: Any, guide: Any, split: DataSplit, *args: Any, **kwargs: Any):
+        return adapted_predictive(classifier, guide, split, options, *args, **kwargs)
+
+    return predictive
+
+
 def split_labels(data: DataBundle) -> dict[str, np.ndarray]:
     return {name: split.labels.numpy() for name, split in data.splits().items()}
 
@@ -227,17 +245,21 @@ def evaluate(
     device: str = "cpu",
     seed: int = 0,
     progress: bool = False,
+    adapt: Options | None = None,
 ) -> dict[str, Any]:
     """Posterior predictive on the validation and in-domain test splits and every out-of-domain
     set; writes ``predictive.nc`` (:func:`probtrans.inference.predictive.inference_data`),
     ``probs.npz`` and ``report.png`` into the run folder and returns the metrics
     (:func:`probtrans.summary.summarise`; post-hoc variants prefixed ``{variant}.``; PSIS-LOO of
-    the plain predictive: :meth:`Likelihoods.metrics`). An unreliable LOO is warned about."""
+    the plain predictive: :meth:`Likelihoods.metrics`). An unreliable LOO is warned about.
+    ``adapt``: the predictive of every split adapts to each test batch first
+    (:mod:`probtrans.test_time`; ``metrics["adaptation"]`` names it); the training split's
+    features and likelihoods are not adapted."""
     samples = run.predictive_samples(samples)
     wanted = max(samples, min(loo_draws(run.inference_spec.predictive), run.kept_draws()))
     draws = run.posterior_samples(wanted, seed)  # the only draw of the posterior
     first = {name: value[:samples] for name, value in draws.items()}
-    probs, energy, plain, features = split_predictives(run, first, device, seed, progress)
+    probs, energy, plain, features = split_predictives(run, first, device, seed, progress, adapt)
     density = fit_feature_density(run, first, device, seed, progress)
     feature = split_feature_scores(density, features)
     labels = split_labels(run.data)
@@ -248,6 +270,7 @@ def evaluate(
         scores.update({f"{variant}.{k}": v for k, v in variant_scores.items()})
     scores["posterior_samples"] = samples
     scores["ood_score"] = run.inference_spec.predictive.ood_score  # the one shown first
+    scores["adaptation"] = None if adapt is None else dataclasses.asdict(adapt)
     write_probs(run.path / "probs.npz", probs, labels, energy, feature)
     pointwise = likelihoods(run, draws, samples, device, seed, progress)
     scores.update(pointwise.metrics())
@@ -298,15 +321,24 @@ def evaluate_run(
     seed: int = 0,
     progress: bool = False,
     ood: list[OodSetSpec] = (),
+    adapt: str | Options | None = None,
+    adapt_online: bool = False,
 ) -> dict[str, Any]:
     """Reload a run folder, re-evaluate it and rewrite its metrics, predictive and report; the
     :class:`RunInfo` and training-set ELBO that ``fit`` wrote and its training time are kept.
     ``ood``: more named out-of-domain sets (relative paths start at the working folder), kept in
-    the run's data; a set of a name the run has replaces that one. The files are written into
+    the run's data; a set of a name the run has replaces that one. ``adapt`` (``"em"``,
+    ``"tent"`` or their options; ``adapt_online``: Tent's state carried between batches): a
+    test-time adaptation to each batch (:func:`evaluate`), checked against the model before
+    anything is computed. The files are written into
     a copy of the folder that then replaces it (:func:`~probtrans.runs.folder.staged_copy`):
     whatever stops the evaluation, the folder is the old run or the new one."""
     seed = check_seed(seed, f"seed = {seed!r}")
     run = load_run(run_dir, device)
+    options = None
+    if adapt is not None:
+        options = adaptation_options(adapt, adapt_online)
+        Adaptation(run.classifier, options)  # refuses a model it cannot adapt, before any work
     for known in sorted({o.name for o in ood} & set(run.data.ood)):
         print(f"note: the out-of-domain set {known!r} of {run.path} is replaced", file=sys.stderr)
     add_ood_sets(run.data, list(ood), run.model_spec.data, replace=True)
@@ -320,7 +352,9 @@ def evaluate_run(
         run.path = staged_copy(folder)
         try:
             started = time.perf_counter()
-            scores = evaluate(run, samples=samples, device=device, seed=seed, progress=progress)
+            scores = evaluate(
+                run, samples=samples, device=device, seed=seed, progress=progress, adapt=options
+            )
             scores.update({key: previous[key] for key in ELBO_KEYS if key in previous})  # fit's
             scores.update(RunInfo.read(previous))
             if ood or not (run.path / "data.json").is_file():

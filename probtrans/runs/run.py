@@ -31,6 +31,7 @@ from probtrans.prediction import prediction_columns
 from probtrans.resolve import load_inference_spec, load_model_spec, spec_folder
 from probtrans.runs.folder import FEATURE_FILE, KeptPredictives, read_feature_density, read_probs
 from probtrans.specs import InferenceSpec, ModelSpec
+from probtrans.test_time import Options, adaptation_options, adapted_predictive
 
 #: the devices a run is fitted, evaluated or asked on
 DEVICES = ("cpu", "cuda")
@@ -126,6 +127,8 @@ class Run:
         seed: int = 0,
         progress: bool = False,
         labels: np.ndarray | None = None,
+        adapt: str | Options | None = None,
+        adapt_online: bool = False,
     ) -> dict[str, np.ndarray]:
         """The posterior predictive on new ``inputs``: texts (a list of strings, tokenised as in
         training), token ids (N, L) (0 = padding), raw images (N, C, H, W) or (N, H, W),
@@ -134,7 +137,10 @@ class Run:
         percentile among the run's validation examples (from its ``probs.npz``), the
         feature-space scores where the run has them (:meth:`feature_density`) with their
         percentiles, and, given ``labels`` (N,) (classes, −1 for none), the label's class name;
-        the same numbers as ``probtrans predict``."""
+        the same numbers as ``probtrans predict``. ``adapt`` (``"em"``, ``"tent"`` or their
+        options; ``adapt_online``: Tent's state carried between batches) adapts the model to
+        each batch of ``inputs`` before predicting it (:mod:`probtrans.test_time`); the
+        percentiles stay those of the run's unadapted validation predictive."""
         samples = self.predictive_samples(samples)
         split = inputs if isinstance(inputs, DataSplit) else self.as_split(inputs)
         draws = self.posterior_samples(samples, seed)
@@ -143,23 +149,25 @@ class Run:
         device = self.device
         density = self.feature_density()
         sites = ("features",) if density is not None else ()
+        options = None if adapt is None else adaptation_options(adapt, adapt_online)
 
-        def predictive(part: DataSplit) -> tuple[np.ndarray, dict[str, np.ndarray] | None]:
-            out = sample_predictive(
-                self.classifier,
-                None,
-                part,
-                samples,
-                batch,
-                device,
-                draws=draws,
-                extra_sites=sites,
-                progress=progress,
-            )  # probs (S, N, C), the feature scores of the features averaged over the S draws
+        def predictive(
+            part: DataSplit, adapted: bool = False
+        ) -> tuple[np.ndarray, dict[str, np.ndarray] | None]:
+            common = dict(draws=draws, extra_sites=sites, progress=progress)
+            if adapted and options is not None:
+                out = adapted_predictive(
+                    self.classifier, None, part, options, samples, batch, device, **common
+                )
+            else:
+                out = sample_predictive(
+                    self.classifier, None, part, samples, batch, device, **common
+                )
+            # probs (S, N, C), the feature scores of the features averaged over the S draws
             given = None if density is None else density.scores(out["features"].mean(0))
             return out["probs"], given
 
-        probs, given = predictive(split)
+        probs, given = predictive(split, adapted=True)
         kept = self.kept_predictives()
         if kept is not None and (density is None or "val" in kept.features):
             validation, references = kept.probs["plain"]["val"], kept.features.get("val")
