@@ -169,6 +169,24 @@ def test_run_figure_has_every_panel_with_or_without_ood_sets(run_probs, history,
     assert len(legend(entropy_ax)) == 1 + 2 * with_ood
 
 
+def test_the_run_figure_draws_the_roc_of_the_recommended_score_where_the_run_gives_it(run_probs):
+    """The ROC panel follows ``ood_score`` (here a feature score the run gives, with its AUROC in
+    the legend), and falls back to predictive entropy where the run does not give that score."""
+    probs_in, labels_in, probs_out = run_probs
+    rng = np.random.default_rng(1)
+    given = {"test": {"mahalanobis": rng.normal(0, 1, 60)}}
+    given |= {
+        f"ood:{k}": {"mahalanobis": rng.normal(3, 1, p.shape[1])} for k, p in probs_out.items()
+    }
+    fig = figures.run_figure(probs_in, labels_in, probs_out, given=given, ood_score="mahalanobis")
+    roc_ax = fig.axes[4]
+    assert roc_ax.get_title() == "OOD detection ROC by Mahalanobis distance"
+    auroc = metrics.ood_detection(given["test"]["mahalanobis"], given["ood:flat"]["mahalanobis"])
+    assert f"flat (AUROC {auroc['auroc']:.3f})" in legend(roc_ax)
+    fallback = figures.run_figure(probs_in, labels_in, probs_out, ood_score="mahalanobis")
+    assert fallback.axes[4].get_title() == "OOD detection ROC by predictive entropy"
+
+
 def test_save_run_figure_writes_png_atomically(tmp_path, run_probs):
     target = tmp_path / "figures" / "run.png"
     result = figures.save_run_figure(target, *run_probs, title="digits", history=OLD_HISTORY)
