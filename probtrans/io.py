@@ -126,10 +126,7 @@ def read_json(path: str | os.PathLike[str], expect: type | None = None) -> Any:
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise DamagedFile(path, f"not a valid JSON file ({err})") from None
     if expect is not None and not isinstance(value, expect):
-        names = {dict: "an object", list: "a list"}
-        raise DamagedFile(
-            path, f"holds {json_kind(value)}, not {names.get(expect, expect.__name__)}"
-        )
+        raise DamagedFile(path, f"holds {json_kind(value)}, not {json_kind(expect())}")
     return value
 
 

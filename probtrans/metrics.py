@@ -372,10 +372,9 @@ def ood_report(
             f"probs_in and probs_out must have the same number of classes, "
             f"got {probs_in.shape[2]} and {probs_out.shape[2]}"
         )
-    both = (given_in or {}).keys() & (given_out or {}).keys()
-    scores_in = uncertainty_scores(
-        probs_in, {k: v for k, v in (given_in or {}).items() if k in both}
-    )
+    given_in, given_out = given_in or {}, given_out or {}
+    both = given_in.keys() & given_out.keys()
+    scores_in = uncertainty_scores(probs_in, {k: given_in[k] for k in both})
     scores_out = uncertainty_scores(probs_out, {k: given_out[k] for k in both})
     return {name: ood_detection(scores_in[name], scores_out[name]) for name in scores_in}
 
