@@ -7,7 +7,8 @@ the package.
 
 The Python API: :func:`fit` (a spec pair → a run folder, any guide), :class:`Run` (``Run.load``,
 ``.predict``, ``.module``, ``.posterior_samples``), :func:`self_guided` (your own model, ready for
-a guide), :class:`DataBundle` (in-memory data), and the layers in :mod:`probtrans.nn`. Importing
+a guide), :class:`DataBundle` (in-memory data), :func:`swap_attention` (probtrans attention in
+a pretrained Hugging Face model), and the layers in :mod:`probtrans.nn`. Importing
 probtrans loads none of them until one is used, and changes nothing in Pyro's settings.
 """
 
@@ -24,6 +25,7 @@ _API = {
     "Run": "probtrans.runs",
     "self_guided": "probtrans.inference.objective",
     "DataBundle": "probtrans.data",
+    "swap_attention": "probtrans.backbone.swap",
 }
 
 __all__ = [*_API, "nn", "__version__"]

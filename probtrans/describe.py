@@ -11,7 +11,7 @@ from probtrans.contract import is_kl_term, local_params
 from probtrans.data import load_data
 from probtrans.errors import in_file
 from probtrans.model import build_classifier
-from probtrans.resolve import spec_folder
+from probtrans.resolve import spec_folder, with_local_backbone
 from probtrans.specs import ModelSpec
 
 
@@ -19,6 +19,7 @@ from probtrans.specs import ModelSpec
 def site_table(spec: ModelSpec, batch_size: int = 2) -> list[dict[str, str]]:
     """Trace the model of ``spec`` on ``batch_size`` training examples and list its sample sites:
     name, distribution class (unwrapping ``Independent``), batch shape, event shape, role."""
+    spec = with_local_backbone(spec)
     with in_file(spec.file):  # a data loader's or the embedding's ``data.patch_size = 3: ...``
         data = load_data(spec.data, spec_folder(spec))
         classifier = build_classifier(spec, data)

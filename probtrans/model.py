@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyro
 import pyro.distributions as dist
@@ -26,11 +27,16 @@ from pyro.nn.module import to_pyro_module_
 from pyro.poutine.runtime import am_i_wrapped, get_plates
 from torch import Tensor, nn
 
+from probtrans.attention import MultiHeadAttention
+from probtrans.backbone.lora import FACTORS, add_lora
+from probtrans.backbone.swap import swap_blocks
 from probtrans.contract import full_precision, local_params
 from probtrans.data import DataBundle
 from probtrans.encoder import Encoder
 from probtrans.errors import ConfigError, ProbtransError
-from probtrans.pyro_internals import pyro_sample_names
+from probtrans.hub import backbone_folder, load_backbone, max_positions
+from probtrans.pyro_internals import DeepPyroModule, pyro_sample_names
+from probtrans.resolve import spec_folder
 from probtrans.sngp import RandomFeatures, spectral_normalise
 from probtrans.specs import ModelSpec, NetworkSpec
 
@@ -88,21 +94,13 @@ class WeightPrior:
         return dist.Normal(loc, self.scale).to_event(len(self.shape))
 
 
-class Classifier(PyroModule):
-    """The network of a ``[model]`` table as a Pyro model: logits = head(feature_map(pool(
-    encoder(drop([CLS] + embedding(x)))))), ``head`` linear and ``feature_map`` the identity or
-    SNGP's random Fourier features (:mod:`probtrans.sngp`).
-
-    Args:
-        net: the ``[model]`` table (:class:`~probtrans.specs.NetworkSpec`).
-        embedding: inputs → tokens (B, L, d_model): a :class:`PatchEmbedding` or
-            :class:`TokenEmbedding`.
-        n_classes: number of classes C.
+class PyroClassifier(PyroModule):
+    """What every probtrans classifier shares: the Pyro model p(y | x, W, â) around its
+    :meth:`encode` (B, width), the head, weight priors and the draw of global sites.
 
     Call as ``model(inputs, mask, labels, index=..., n_data=...)``; ``labels=None`` samples them.
-    Sites: weight priors (if any), attention sites ``encoder.layers.{i}.attn.*``, the deterministic
-    ``features`` (B, D) (the linear head's input) and ``probs`` (B, C), and the likelihood ``obs``.
-    :meth:`encode` is the pooled representation (B, d_model).
+    Sites: weight priors (if any), attention sites, the deterministic ``features`` (B, D) (the
+    linear head's input) and ``probs`` (B, C), and the likelihood ``obs``.
 
     It is built under :func:`probtrans.contract.local_params`, so it can be called with Pyro's
     parameters module-local or in the param store. A classifier whose weights carry priors is a
@@ -111,53 +109,46 @@ class Classifier(PyroModule):
     ``Run.module`` are the trained network.
     """
 
-    def __init__(self, net: NetworkSpec, embedding: nn.Module, n_classes: int) -> None:
+    def __init__(self) -> None:
         with local_params():  # its Pyro context (shared by its submodules) then works in both
             super().__init__()
-        d = net.d_model
-        self.embedding = embedding
-        self.pooling = net.pooling  # "mean" over real tokens, or "first": a learned [CLS] token
-        self.cls = nn.Parameter(torch.zeros(1, 1, d)) if net.pooling == "first" else None
-        self.drop = nn.Dropout(net.dropout)
-        self.encoder = Encoder(
-            d,
-            net.n_heads,
-            net.n_layers,
-            d_ff=net.d_ff,
-            dropout=net.dropout,
-            norm=net.norm,
-            attention=net.attention,
-        )
-        if net.spectral_norm:
-            spectral_normalise(self.encoder.layers, net.spectral_norm)
-        if net.head.kind == "random_features":
-            self.feature_map = RandomFeatures(d, net.head.features, net.head.lengthscale)
-            width = net.head.features
-        else:
-            self.feature_map, width = nn.Identity(), d
-        self.head = nn.Linear(width, n_classes)
-        to_pyro_module_(self)
-        self.register_load_state_dict_pre_hook(_moved_out_of_the_encoder)
         #: the sites of the weights that carry priors → their initial values (guides start there)
         self.prior_sites: dict[str, Tensor] = {}
-        prior = net.prior
-        if prior.weights != "none":
-            root = self.head if prior.weights == "last_layer" else self
-            prefix = "head." if prior.weights == "last_layer" else ""
-            self._put_priors(root, prefix, prior.scale)
-        #: refuse a call outside any Pyro handler, which would draw the weights from their priors
-        #: (off once the weights are fixed, as in ``Run.module``)
-        self.refuses_prior_draws = bool(self.prior_sites)
+        #: refuse a call outside any Pyro handler, which would draw the weights from their
+        #: priors (off once the weights are fixed, as in ``Run.module``)
+        self.refuses_prior_draws = False
 
-    def _put_priors(self, root: nn.Module, prefix: str, scale: float) -> None:
+    def head_modules(
+        self, net: NetworkSpec, width: int, n_classes: int
+    ) -> tuple[nn.Module, nn.Module]:
+        """(feature map, head): the identity or SNGP's random Fourier features, and a linear
+        map to the C logits."""
+        if net.head.kind == "random_features":
+            feature_map = RandomFeatures(width, net.head.features, net.head.lengthscale)
+            width = net.head.features
+        else:
+            feature_map = nn.Identity()
+        return feature_map, nn.Linear(width, n_classes)
+
+    def put_priors(self, root: nn.Module, prefix: str, scale: float) -> None:
+        """Normal(0, scale²) priors on every parameter of ``root`` (a ``PyroModule``) and its
+        submodules, their sites named ``prefix`` + their path."""
         for module_name, module in list(root.named_modules()):
-            for name, param in list(module.named_parameters(recurse=False)):
+            for name, _ in list(module.named_parameters(recurse=False)):
                 site = f"{prefix}{module_name}.{name}" if module_name else f"{prefix}{name}"
-                self.prior_sites[site.removesuffix(".")] = param.detach().clone()
-                delattr(module, name)
-                if not hasattr(module, "prior_loc"):
-                    module.register_buffer("prior_loc", param.new_zeros(()), persistent=False)
-                setattr(module, name, PyroSample(WeightPrior(param.shape, scale)))
+                self.put_prior(module, name, site, scale)
+
+    def put_prior(self, module: nn.Module, name: str, site: str, scale: float) -> None:
+        """A Normal(0, scale²) prior on the parameter ``name`` of ``module`` (a
+        ``PyroModule`` whose sites are named as ``site``); its value now is where guides
+        start."""
+        param = getattr(module, name)
+        self.prior_sites[site] = param.detach().clone()
+        delattr(module, name)
+        if not hasattr(module, "prior_loc"):
+            module.register_buffer("prior_loc", param.new_zeros(()), persistent=False)
+        setattr(module, name, PyroSample(WeightPrior(param.shape, scale)))
+        self.refuses_prior_draws = True
 
     def sample_globals(self) -> None:
         """Draw every global site (``PyroSample`` attributes: weight priors, inducing variables)
@@ -167,20 +158,9 @@ class Classifier(PyroModule):
                 getattr(module, name)
 
     def encode(self, inputs: Tensor, mask: Tensor | None = None) -> Tensor:
-        """inputs: images (B, C, H, W) or token ids (B, L); mask: (B, L) bool, True for real
-        tokens → the pooled representation (B, d_model)."""
-        x = self.embedding(inputs)
-        if self.cls is not None:
-            x = torch.cat([self.cls.expand(len(x), -1, -1), x], dim=1)
-            if mask is not None:
-                mask = torch.cat([mask.new_ones(len(x), 1), mask], dim=1)
-        x = self.encoder(self.drop(x), mask)
-        if self.pooling == "first":
-            return x[:, 0]
-        if mask is None:
-            return x.mean(1)
-        weights = mask.unsqueeze(-1).to(x.dtype)
-        return (x * weights).sum(1) / weights.sum(1).clamp_min(1.0)
+        """inputs (B, ...), mask (B, L) bool, True for real tokens → the pooled representation
+        (B, width)."""
+        raise NotImplementedError
 
     def forward(
         self,
@@ -219,6 +199,129 @@ class Classifier(PyroModule):
             pyro.deterministic("energy", -logits.logsumexp(-1))  # free energy (Liu et al. 2020)
             pyro.sample("obs", dist.Categorical(logits=logits), obs=labels)
         return logits
+
+
+def pooled(x: Tensor, mask: Tensor | None, pooling: str) -> Tensor:
+    """Token representations x (B, L, D) → (B, D): the first token (``first``, ``cls``) or the
+    mean over real tokens (mask (B, L) True; all tokens if None)."""
+    if pooling in ("first", "cls"):
+        return x[:, 0]
+    if mask is None:
+        return x.mean(1)
+    weights = mask.unsqueeze(-1).to(x.dtype)
+    return (x * weights).sum(1) / weights.sum(1).clamp_min(1.0)
+
+
+class Classifier(PyroClassifier):
+    """The network of a ``[model]`` table trained here, as a Pyro model: logits =
+    head(feature_map(pool(encoder(drop([CLS] + embedding(x)))))), ``head`` linear and
+    ``feature_map`` the identity or SNGP's random Fourier features (:mod:`probtrans.sngp`).
+
+    Args:
+        net: the ``[model]`` table (:class:`~probtrans.specs.NetworkSpec`).
+        embedding: inputs → tokens (B, L, d_model): a :class:`PatchEmbedding` or
+            :class:`TokenEmbedding`.
+        n_classes: number of classes C.
+
+    Attention sites are ``encoder.layers.{i}.attn.*``; the rest is :class:`PyroClassifier`.
+    :meth:`encode` is the pooled representation (B, d_model).
+    """
+
+    def __init__(self, net: NetworkSpec, embedding: nn.Module, n_classes: int) -> None:
+        super().__init__()
+        d = net.d_model
+        self.embedding = embedding
+        self.pooling = net.pooling  # "mean" over real tokens, or a learned [CLS] token first
+        self.cls = nn.Parameter(torch.zeros(1, 1, d)) if net.pooling != "mean" else None
+        self.drop = nn.Dropout(net.dropout)
+        self.encoder = Encoder(
+            d,
+            net.n_heads,
+            net.n_layers,
+            d_ff=net.d_ff,
+            dropout=net.dropout,
+            norm=net.norm,
+            attention=net.attention,
+        )
+        if net.spectral_norm:
+            spectral_normalise(self.encoder.layers, net.spectral_norm)
+        self.feature_map, self.head = self.head_modules(net, d, n_classes)
+        to_pyro_module_(self)
+        self.register_load_state_dict_pre_hook(_moved_out_of_the_encoder)
+        prior = net.prior
+        if prior.weights != "none":
+            root = self.head if prior.weights == "last_layer" else self
+            prefix = "head." if prior.weights == "last_layer" else ""
+            self.put_priors(root, prefix, prior.scale)
+
+    def encode(self, inputs: Tensor, mask: Tensor | None = None) -> Tensor:
+        """inputs: images (B, C, H, W) or token ids (B, L); mask: (B, L) bool, True for real
+        tokens → the pooled representation (B, d_model)."""
+        x = self.embedding(inputs)
+        if self.cls is not None:
+            x = torch.cat([self.cls.expand(len(x), -1, -1), x], dim=1)
+            if mask is not None:
+                mask = torch.cat([mask.new_ones(len(x), 1), mask], dim=1)
+        return pooled(self.encoder(self.drop(x), mask), mask, self.pooling)
+
+
+class BackboneClassifier(PyroClassifier, DeepPyroModule):
+    """A pretrained Hugging Face transformer (``[model] backbone``, :mod:`probtrans.backbone`)
+    as a Pyro model: logits = head(feature_map(drop(pool(backbone(x))))).
+
+    ``[model.swap]`` gives some of its self-attention blocks a probtrans attention kind over
+    their pretrained projections (:func:`~probtrans.backbone.swap.swap_blocks`): their sites
+    are named after the block, ``backbone.encoder.layer.1.attention.self.attn.a_v``.
+    ``[model.prior] weights = "lora"`` freezes the backbone, adds low-rank adapters to the
+    linear maps of ``lora.targets`` (:mod:`probtrans.backbone.lora`) and puts Normal(0, scale²)
+    priors on their factors (sites ``backbone.….query.lora_a``) and on the head; the swapped
+    layers' own parameters (centroids, inducing locations, kernel) still train. Without it the
+    whole backbone is fine-tuned (``last_layer``: with a prior on the head).
+
+    Args:
+        net: the ``[model]`` table.
+        backbone: the ``transformers`` model without a task head (``AutoModel``).
+        n_classes: number of classes C.
+        image: whether its inputs are images (``pixel_values``) rather than token ids.
+    """
+
+    def __init__(self, net: NetworkSpec, backbone: nn.Module, n_classes: int, image: bool) -> None:
+        super().__init__()
+        self.image = image
+        self.pooling = net.pooling
+        self.backbone = backbone
+        self.drop = nn.Dropout(net.dropout)
+        if net.swap is not None:
+            swap_blocks(backbone, net.swap.layers, net.swap.attention)
+        prior = net.prior
+        adapters = {}
+        if prior.weights == "lora":
+            backbone.requires_grad_(False)
+            for module in backbone.modules():  # the swapped layers are new: they train
+                if isinstance(module, MultiHeadAttention):
+                    module.requires_grad_(True)
+            lora = prior.lora
+            adapters = add_lora(backbone, lora.targets, lora.r, lora.alpha)
+        feature_map, head = self.head_modules(net, backbone.config.hidden_size, n_classes)
+        to_pyro_module_(feature_map)
+        to_pyro_module_(head)
+        self.feature_map, self.head = feature_map, head
+        self.attach_deep()
+        for path, adapter in adapters.items():
+            for name in FACTORS:
+                self.put_prior(adapter, name, f"backbone.{path}.{name}", prior.scale)
+        if prior.weights in ("lora", "last_layer"):
+            self.put_priors(self.head, "head.", prior.scale)
+
+    def encode(self, inputs: Tensor, mask: Tensor | None = None) -> Tensor:
+        """inputs: images (B, C, H, W) or token ids (B, L); mask: (B, L) bool, True for real
+        tokens → the pooled representation (B, hidden size)."""
+        if self.image:
+            hidden = self.backbone(pixel_values=inputs).last_hidden_state
+            mask = None
+        else:
+            hidden = self.backbone(input_ids=inputs, attention_mask=mask).last_hidden_state
+        return self.drop(pooled(hidden, mask, self.pooling))
 
 
 #: state-dict keys of checkpoints written when the embedding and the [CLS] token were inside the
@@ -266,9 +369,15 @@ def check_size(spec: ModelSpec, data: DataBundle) -> None:
         )
 
 
-def build_classifier(spec: ModelSpec, data: DataBundle) -> Classifier:
+def build_classifier(
+    spec: ModelSpec, data: DataBundle, backbone: Path | None = None
+) -> PyroClassifier:
     """The classifier a model spec describes, sized for ``data``; refuses one that cannot be
-    trained in this machine's memory (:func:`check_size`)."""
+    trained in this machine's memory (:func:`check_size`). A ``model.backbone`` is loaded with
+    its pretrained weights, or (``backbone``: the folder a run keeps, whose checkpoint holds
+    every weight) from its config alone."""
+    if spec.network.backbone is not None:
+        return build_backbone_classifier(spec, data, backbone)
     check_size(spec, data)
     net = spec.network
     if data.kind == "image":
@@ -276,3 +385,46 @@ def build_classifier(spec: ModelSpec, data: DataBundle) -> Classifier:
     else:
         embedding = TokenEmbedding(data.vocab_size, net.max_positions, net.d_model)
     return Classifier(net, embedding, data.n_classes)
+
+
+def build_backbone_classifier(
+    spec: ModelSpec, data: DataBundle, kept: Path | None = None
+) -> BackboneClassifier:
+    """The :class:`BackboneClassifier` of ``model.backbone`` for ``data`` (see
+    :func:`build_classifier`)."""
+    folder = kept or backbone_folder(spec.network.backbone, spec_folder(spec))
+    backbone = load_backbone(folder, pretrained=kept is None)
+    check_backbone_data(backbone.config, spec, data)
+    return BackboneClassifier(spec.network, backbone, data.n_classes, data.kind == "image")
+
+
+def check_backbone_data(config: object, spec: ModelSpec, data: DataBundle) -> None:
+    """Refuse data the backbone cannot read: texts for an image model or the reverse, token
+    ids beyond its vocabulary or its positions, images of another shape."""
+    name = f"model.backbone = {spec.network.backbone!r}"
+    vocabulary = getattr(config, "vocab_size", None)
+    image_size = getattr(config, "image_size", None)
+    if data.kind == "image":
+        if image_size is None:
+            raise ConfigError(f"{name}: a text model; the data are images")
+        size = image_size if isinstance(image_size, int) else image_size[0]
+        takes = (getattr(config, "num_channels", 3), size, size)
+        if tuple(data.image_shape or ()) != takes:
+            raise ConfigError(
+                f"data: images of shape {tuple(data.image_shape or ())}; {name} takes "
+                f"{takes} (resize them, or save the backbone with that image_size)"
+            )
+        return
+    if vocabulary is None:
+        raise ConfigError(f"{name}: an image model; the data are texts")
+    if (data.vocab_size or 0) > vocabulary:
+        raise ConfigError(
+            f"data.tokenizer: {data.vocab_size} tokens, more than the {vocabulary} of {name}: "
+            f"not the backbone's tokenizer"
+        )
+    positions = max_positions(config)
+    if spec.data.max_len > positions:
+        raise ConfigError(
+            f"data.max_len = {spec.data.max_len}: must be at most the {positions} positions "
+            f"of {name}"
+        )

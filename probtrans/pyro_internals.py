@@ -1,4 +1,4 @@
-"""Every private Pyro internal that probtrans relies on, in one place.
+r"""Every private Pyro internal that probtrans relies on, in one place.
 
 Pyro does not promise these names across releases, so each is wrapped here, once, and
 ``tests/test_pyro_internals.py`` checks that each still behaves as used and fails on a Pyro
@@ -17,6 +17,9 @@ version's source and add it). Nothing else in probtrans imports a private Pyro n
   terms from the same traces.
 - :func:`pyro_sample_names`: the ``PyroSample`` attributes of one module (``_pyro_samples``),
   which :meth:`probtrans.model.Classifier.sample_globals` draws outside the data plate.
+- :class:`DeepPyroModule`: a ``PyroModule`` whose ``PyroModule``\ s sit deep inside plain
+  ``nn.Module``\ s (a Hugging Face backbone): they are named after their path and share its
+  Pyro context (``_pyro_set_supermodule``), as direct ``PyroModule`` attributes would.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 from pyro.infer import ELBO
 from pyro.infer.autoguide.guides import prototype_hide_fn
+from pyro.nn import PyroModule
 from pyro.poutine.block_messenger import BlockMessenger
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.runtime import _PYRO_STACK
@@ -63,3 +67,21 @@ def pyro_sample_names(module: object) -> list[str]:
     """The names of the ``PyroSample`` attributes of ``module`` itself (not its children);
     none for a plain ``nn.Module``."""
     return list(getattr(module, "_pyro_samples", {}))
+
+
+class DeepPyroModule(PyroModule):
+    r"""A ``PyroModule`` that names every ``PyroModule`` inside it after its path and shares
+    its Pyro context with them (so a ``PyroSample`` drawn once in a call is the same draw
+    everywhere), also those held by plain ``nn.Module``\ s, which Pyro does not reach. Call
+    :meth:`attach_deep` once they are in place; it runs again whenever this module is made
+    the attribute of another ``PyroModule``."""
+
+    def attach_deep(self) -> None:
+        for path, module in self.named_modules():
+            if module is not self and isinstance(module, PyroModule):
+                name = f"{self._pyro_name}.{path}" if self._pyro_name else path
+                module._pyro_set_supermodule(name, self._pyro_context)
+
+    def _pyro_set_supermodule(self, name: str, context: Any) -> None:
+        super()._pyro_set_supermodule(name, context)
+        self.attach_deep()

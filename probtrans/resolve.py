@@ -17,10 +17,11 @@ from probtrans.data.sources import DATA_SOURCES, is_image
 from probtrans.errors import ConfigError
 from probtrans.gp.guides import INDUCING_GUIDES
 from probtrans.guides import GUIDES
+from probtrans.hub import backbone_folder
 from probtrans.metrics import UNCERTAINTY_SCORES
 from probtrans.registry import Registry
 from probtrans.specs import InferenceSpec, ModelSpec, read_inference_spec, read_model_spec
-from probtrans.specs.base import SpecFile
+from probtrans.specs.base import SpecFile, updated
 
 #: (dotted field, registry) of every registry name a spec file holds, per spec class (the
 #: fields' TOML names are their attribute names)
@@ -51,7 +52,10 @@ def load_model_spec(path: str | os.PathLike[str], text: str | None = None) -> Mo
 
 def check_positions(spec: ModelSpec) -> None:
     """Raise ConfigError naming the file when the tokens of a text (``data.max_len``) exceed
-    the network's positions; images (patches) are not checked."""
+    the network's positions; images (patches) are not checked, nor a backbone's positions
+    (:func:`probtrans.model.check_backbone_data` does, once it is loaded)."""
+    if spec.network.backbone is not None:
+        return
     if not is_image(spec.data) and spec.data.max_len > spec.network.max_positions:
         raise ConfigError(
             f"{spec.file}: data.max_len = {spec.data.max_len}: must be at most "
@@ -65,6 +69,23 @@ def load_inference_spec(path: str | os.PathLike[str], text: str | None = None) -
     spec = read_inference_spec(path, text)
     check_names(spec)
     return spec
+
+
+def with_local_backbone(spec: ModelSpec) -> ModelSpec:
+    """``spec`` with ``model.backbone`` and ``data.tokenizer`` as local folders (a hub id
+    fetched into the Hugging Face cache once), and text data read by the backbone's tokenizer
+    unless ``data.tokenizer`` names another."""
+    changes = {}
+    base = spec_folder(spec)
+    if spec.network.backbone is not None:
+        folder = backbone_folder(spec.network.backbone, base, f"{spec.file}: model.backbone")
+        changes["model.backbone"] = str(folder)
+        if spec.data.tokenizer is None and not is_image(spec.data):
+            changes["data.tokenizer"] = str(folder)
+    if spec.data.tokenizer is not None:
+        field = f"{spec.file}: data.tokenizer"
+        changes["data.tokenizer"] = str(backbone_folder(spec.data.tokenizer, base, field))
+    return updated(spec, changes, spec.file) if changes else spec
 
 
 def spec_folder(spec: SpecFile) -> Path | None:

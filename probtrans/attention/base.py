@@ -88,8 +88,13 @@ class MultiHeadAttention(PyroModule):
     sample_sites: ClassVar[tuple[str, ...]] = ()
     #: global inducing-variable sites of the layer (names within the layer)
     inducing_sites: ClassVar[tuple[str, ...]] = ()
+    #: why the kind cannot form the weights of a pretrained block (None: it can,
+    #: :meth:`attend_projected`)
+    backbone_refusal: ClassVar[str | None] = None
 
-    def __init__(self, d_model: int, n_heads: int, **options: Any) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, *, projections: bool = True, **options: Any
+    ) -> None:
         checked = check_options(type(self), self.options_class, options)
         if d_model % n_heads:
             raise ValueError(
@@ -100,9 +105,13 @@ class MultiHeadAttention(PyroModule):
         self.options = checked
         self.n_heads = n_heads
         self.d_head = d_model // n_heads
-        if self.fused_qkv:
+        #: whether the layer has its own projections (False: it sits in a pretrained block,
+        #: whose projections it uses through :meth:`attend_projected`)
+        self.projections = projections
+        if projections and self.fused_qkv:
             self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.out = nn.Linear(d_model, d_model)
+        if projections:
+            self.out = nn.Linear(d_model, d_model)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         """x: (B, L, D); mask: (B, L) bool, True for real tokens → (B, L, D)."""
@@ -115,6 +124,14 @@ class MultiHeadAttention(PyroModule):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None) -> Tensor:
         """q, k, v: (B, H, L, d_head) → (B, H, L, d_head)."""
         raise NotImplementedError
+
+    def attend_projected(
+        self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, key_map: nn.Module
+    ) -> Tensor:
+        """The weights of a pretrained block formed by this kind: q, k, v (B, H, L, d_head)
+        from the block's own projections; ``key_map`` the block's key projection (for kinds
+        that map more than the tokens to keys) → (B, H, L, d_head)."""
+        return self.attend(q, k, v, key_mask)
 
     def site(self, name: str) -> str:
         """The model-wide name of this layer's site ``name``: its module path and ``name``, as

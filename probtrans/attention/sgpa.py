@@ -90,8 +90,9 @@ class KernelAttention(MultiHeadAttention):
     def __init__(self, d_model: int, n_heads: int, **options: Any) -> None:
         super().__init__(d_model, n_heads, **options)
         opts = self.options
-        self.qk = nn.Linear(d_model, d_model, bias=False)
-        self.value = nn.Linear(d_model, d_model, bias=False)
+        if self.projections:
+            self.qk = nn.Linear(d_model, d_model, bias=False)
+            self.value = nn.Linear(d_model, d_model, bias=False)
         self.kernel = head_kernel(
             opts.kernel, n_heads, self.d_head, opts.lengthscale, opts.outputscale
         )
@@ -141,8 +142,12 @@ class SGPAttention(KernelAttention):
         self.register_buffer("prior_scale_tril", torch.eye(opts.n_inducing), persistent=False)
         self.u_g = PyroSample(whitened_prior)
 
-    def global_keys(self) -> Tensor:
-        """k_g = G(Z_g) W_qk^h for every head: (H, M_g, d_head)."""
+    def global_keys(self, key_map: nn.Module | None = None) -> Tensor:
+        """k_g = G(Z_g) W_qk^h for every head: (H, M_g, d_head); in a pretrained block
+        W_qk is its key projection ``key_map`` (with its bias)."""
+        if key_map is not None:  # (H, M_g, D) → (H, M_g, H, d) → head h of row h
+            keys = key_map(self.inducing_map(self.z_g)).unflatten(-1, (self.n_heads, -1))
+            return keys.diagonal(dim1=0, dim2=2).permute(2, 0, 1)
         w_qk = self.qk.weight.view(self.n_heads, self.d_head, -1)  # (H, d, D)
         return torch.einsum("hmi,hdi->hmd", self.inducing_map(self.z_g), w_qk)
 
@@ -150,20 +155,36 @@ class SGPAttention(KernelAttention):
         """x: (B, T, D); mask: (B, T) bool, True for real tokens → (B, T, D)."""
         with autocast_off(x):  # see "Mixed precision" in the module docstring
             q, v = self.project(full_precision(x), mask)
-            conditional = decoupled_conditional(
-                self.kernel, q, self.global_keys(), v, self.jitter, mask
-            )
-            kl_term(self.site("kl_amortised"), conditional.amortised_kl)
-            u_g = self.u_g
-            if u_g.dim() != 3:
-                raise ValueError(
-                    f"{type(self).__name__}: the global site {self.site('u_g')!r} was drawn with "
-                    f"shape {tuple(u_g.shape)}, not (H, d_head, M_g): draw it outside the data "
-                    f"plate (read the layer's u_g once before entering the plate; the draw is "
-                    f"kept for the rest of the call)"
-                )
-            f = sample_attention(self.site("f"), conditional.distribution(u_g, self.sampling))
+            f = self.sample_output(q, v, self.global_keys(), mask)
         return self.merge_heads(f)
+
+    def attend_projected(
+        self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, key_map: nn.Module
+    ) -> Tensor:
+        """In a pretrained block the shared W_qk is the block's key projection: the kernel
+        is K(k_i, k_j) over its keys (its queries are not used), the global keys are
+        ``key_map(G(Z_g))`` and the values its own."""
+        with autocast_off(k):
+            k, v = full_precision(k), full_precision(v)
+            if key_mask is not None:
+                v = v * key_mask[:, None, :, None].to(v.dtype)
+            f = self.sample_output(k, v, self.global_keys(key_map), key_mask)
+        return f.transpose(-1, -2)  # (B, H, d, T) → (B, H, T, d)
+
+    def sample_output(self, q: Tensor, v: Tensor, keys: Tensor, mask: Tensor | None) -> Tensor:
+        """The sites of the layer given amortised keys q and values v (B, H, T, d), global
+        keys (H, M_g, d): the amortised KL factor, u_g, and the draw of F (B, H, d, T)."""
+        conditional = decoupled_conditional(self.kernel, q, keys, v, self.jitter, mask)
+        kl_term(self.site("kl_amortised"), conditional.amortised_kl)
+        u_g = self.u_g
+        if u_g.dim() != 3:
+            raise ValueError(
+                f"{type(self).__name__}: the global site {self.site('u_g')!r} was drawn with "
+                f"shape {tuple(u_g.shape)}, not (H, d_head, M_g): draw it outside the data "
+                f"plate (read the layer's u_g once before entering the plate; the draw is "
+                f"kept for the rest of the call)"
+            )
+        return sample_attention(self.site("f"), conditional.distribution(u_g, self.sampling))
 
 
 class StandardSGPAttention(KernelAttention):
@@ -178,6 +199,10 @@ class StandardSGPAttention(KernelAttention):
 
     options_class = StandardSGPAOptions
     sample_sites = ("u_a",)
+    backbone_refusal = (
+        "it maps each token to its amortised posterior scale, and a pretrained block gives its "
+        "attention only queries, keys and values; use kind = 'sgpa'"
+    )
 
     def __init__(self, d_model: int, n_heads: int, **options: Any) -> None:
         super().__init__(d_model, n_heads, **options)

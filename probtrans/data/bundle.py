@@ -21,7 +21,7 @@ from sklearn.model_selection import train_test_split
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from probtrans.data.tokenizer import decoder, encode, encoder, train_tokenizer
+from probtrans.data.tokenizer import decoder, encode, encoder, pad_id, train_tokenizer
 from probtrans.errors import ProbtransError
 from probtrans.specs import DataSpec
 from probtrans.specs.base import check_seed, parse
@@ -381,7 +381,7 @@ class DataBundle:
             ids = encode(tokenizer, texts[s]).long()
             y = ys.get(s)
             y = torch.full((len(ids),), NO_LABEL) if y is None else torch.from_numpy(y)
-            return DataSplit(ids, y.long(), ids != 0)
+            return DataSplit(ids, y.long(), ids != pad_id(tokenizer))
 
         splits = {s: split(s) for s in texts}
         description = _description("in-memory texts", splits, rows, seed)

@@ -161,7 +161,7 @@ def _pack(split: DataSplit, scaling: ImageScaling) -> dict[str, torch.Tensor]:
     lengths = split.mask.sum(1)
     dtype = torch.int16 if len(split) == 0 or int(split.inputs.max()) < 2**15 else torch.int32
     if not torch.equal(split.mask, _leading(lengths, split.inputs.shape[1])):  # inner padding
-        return {"dense_ids": split.inputs.to(dtype), "labels": split.labels}
+        return {"dense_ids": split.inputs.to(dtype), "mask": split.mask, "labels": split.labels}
     return {
         "ids": split.inputs[split.mask].to(dtype),  # every row's tokens, without padding
         "lengths": lengths,
@@ -177,7 +177,7 @@ def _unpack(packed: dict[str, torch.Tensor], scaling: ImageScaling) -> DataSplit
         return DataSplit(packed["inputs"], packed["labels"])
     if "dense_ids" in packed:
         ids = packed["dense_ids"].long()
-        return DataSplit(ids, packed["labels"], ids != 0)
+        return DataSplit(ids, packed["labels"], packed.get("mask", ids != 0))
     mask = _leading(packed["lengths"], int(packed["width"]))
     ids = torch.zeros(mask.shape, dtype=torch.long)
     ids[mask] = packed["ids"].long()

@@ -30,7 +30,7 @@ from probtrans.data.text import (
     source_description,
     source_fingerprint,
 )
-from probtrans.data.tokenizer import encode, train_tokenizer
+from probtrans.data.tokenizer import encode, pad_id, pretrained_tokenizer, train_tokenizer
 from probtrans.errors import ProbtransError
 from probtrans.specs import DataSpec
 
@@ -61,6 +61,8 @@ def cache_key(spec: DataSpec, sources: list[str]) -> str:
         "vocab_size": spec.vocab_size,
         "min_freq": spec.min_freq,
         "max_len": spec.max_len,
+        "tokenizer": spec.tokenizer
+        and hashlib.sha256(pretrained_tokenizer(spec).to_str().encode()).hexdigest(),
         "sources": [source_fingerprint(key) for key in sources],
     }
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:24]
@@ -102,7 +104,7 @@ def unpacked(payload: dict) -> tuple[Tokenizer, list[str], dict[str, DataSplit]]
         if len(labels) and not (NO_LABEL <= int(labels.min()) and int(labels.max()) < len(names)):
             raise ValueError(f"{name}_labels holds labels outside the {len(names)} classes")
         ids = ids.long()
-        splits[name] = DataSplit(ids, labels, ids != 0)
+        splits[name] = DataSplit(ids, labels, ids != pad_id(tokenizer))
     return tokenizer, list(names), splits
 
 

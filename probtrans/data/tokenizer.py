@@ -20,13 +20,30 @@ from tokenizers.models import WordLevel
 from tokenizers.trainers import WordLevelTrainer
 
 from probtrans.errors import ProbtransError
+from probtrans.hub import backbone_folder, backbone_tokenizer
 from probtrans.specs import DataSpec
 
 PAD, UNK = "[PAD]", "[UNK]"  # ids 0 and 1
 
 
+def pad_id(tokenizer: Tokenizer) -> int:
+    """The id that pads the token ids of ``tokenizer`` (0 for a word-level one learned here)."""
+    padding = tokenizer.padding
+    return 0 if padding is None else int(padding["pad_id"])
+
+
+def pretrained_tokenizer(spec: DataSpec) -> Tokenizer:
+    """The pretrained tokenizer of ``data.tokenizer``, cutting at ``max_len`` tokens."""
+    tokenizer = backbone_tokenizer(backbone_folder(spec.tokenizer, None, "data.tokenizer"))
+    tokenizer.enable_truncation(spec.max_len)
+    return tokenizer
+
+
 def train_tokenizer(texts: list[str], spec: DataSpec, strip_html: bool) -> Tokenizer:
-    """A word-level tokenizer whose vocabulary is learned from ``texts`` (the training split)."""
+    """A word-level tokenizer whose vocabulary is learned from ``texts`` (the training split),
+    or the pretrained one of ``data.tokenizer``."""
+    if spec.tokenizer is not None:
+        return pretrained_tokenizer(spec)
     steps = [normalizers.Replace("<br />", " ")] if strip_html else []
     tokenizer = Tokenizer(WordLevel(unk_token=UNK))
     tokenizer.normalizer = normalizers.Sequence([*steps, normalizers.Lowercase()])
@@ -41,7 +58,8 @@ def train_tokenizer(texts: list[str], spec: DataSpec, strip_html: bool) -> Token
 
 
 def encode(tokenizer: Tokenizer, texts: list[str]) -> torch.Tensor:
-    """Token ids (N, L) of ``texts``, L the longest (truncated) sequence; padding is id 0."""
+    """Token ids (N, L) of ``texts``, L the longest (truncated) sequence, padded with
+    :func:`pad_id`."""
     encodings = tokenizer.encode_batch(texts)
     if not encodings:
         return torch.zeros((0, 0), dtype=torch.int32)
@@ -49,7 +67,8 @@ def encode(tokenizer: Tokenizer, texts: list[str]) -> torch.Tensor:
 
 
 def encoder(tokenizer: Tokenizer) -> Callable[[list[str]], tuple[torch.Tensor, torch.Tensor]]:
-    """texts → (token ids (N, L) long, mask (N, L) bool, true where ids != 0) with ``tokenizer``;
+    """texts → (token ids (N, L) long, mask (N, L) bool, true where ids are not padding) with
+    ``tokenizer``;
     a text without a single word (empty or only white space) raises ProbtransError naming it."""
 
     def encode_texts(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,7 +79,7 @@ def encoder(tokenizer: Tokenizer) -> Callable[[list[str]], tuple[torch.Tensor, t
             if not isinstance(text, str):
                 raise ProbtransError(f"encode: text {i} is a {type(text).__name__}, not a string")
         ids = encode(tokenizer, texts).long()
-        mask = ids != 0
+        mask = ids != pad_id(tokenizer)
         empty = (~mask.any(1)).nonzero().flatten().tolist() if len(ids) else []
         if empty:
             raise ProbtransError(f"encode: text {empty[0]} ({texts[empty[0]]!r}) has no words")
@@ -73,7 +92,9 @@ def decoder(tokenizer: Tokenizer) -> Callable[[list[int]], str]:
     """token ids → the words the model sees (lower-cased, unknown words as ``[UNK]``), padding
     left out."""
 
+    padding = pad_id(tokenizer)
+
     def decode_ids(ids: list[int]) -> str:
-        return tokenizer.decode([int(i) for i in ids if i != 0], skip_special_tokens=False)
+        return tokenizer.decode([int(i) for i in ids if i != padding], skip_special_tokens=False)
 
     return decode_ids

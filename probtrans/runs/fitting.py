@@ -24,12 +24,18 @@ from probtrans import distributed
 from probtrans.checkpoint import save_checkpoint
 from probtrans.data import DataBundle, load_data
 from probtrans.errors import ProbtransError, in_file
+from probtrans.hub import keep_backbone
 from probtrans.inference.guide import GuideChoice
 from probtrans.inference.train import BestState, Resumable, TrainingDiverged, train_classifier
 from probtrans.io import remove_temporary_files, write_json
 from probtrans.lock import folder_lock
 from probtrans.model import build_classifier
-from probtrans.resolve import load_inference_spec, load_model_spec, spec_folder
+from probtrans.resolve import (
+    load_inference_spec,
+    load_model_spec,
+    spec_folder,
+    with_local_backbone,
+)
 from probtrans.runs.evaluation import evaluate, save_run_data
 from probtrans.runs.folder import (
     RunInfo,
@@ -96,6 +102,7 @@ def fit(
     device = check_device(device, f"device = {device!r}")
     seed = check_seed(seed, f"seed = {seed!r}")
     model_text, model_spec = spec_source(model, load_model_spec)
+    model_spec = with_local_backbone(model_spec)
     inference_text, inference_spec = spec_source(inference, load_inference_spec)
     texts = {"model_spec": model_text, "inference_spec": inference_text}
     if epochs is not None:
@@ -199,6 +206,8 @@ def train_and_evaluate(
     checkpoint(result.best, result.guide)  # the guide as returned (e.g. its Laplace approximation)
     write_json(run.path / "history.json", result.history)
     save_run_data(run)
+    if run.model_spec.network.backbone is not None:
+        keep_backbone(Path(run.model_spec.network.backbone), run.path)
     started = time.perf_counter()
     scores = evaluate(run, device=device, seed=seed, progress=progress)
     info = RunInfo(seed, run.inference_spec.train.epochs, result.best.epoch)

@@ -25,6 +25,8 @@ Run folder (:data:`RUN_FILES`):
     data.json, data.pt,          the data the run is evaluated on, its class names, tokenizer and
     tokenizer.json               image scaling (:mod:`probtrans.data.saved`): ``evaluate`` and
                                  ``predict`` need nothing but the folder
+    backbone/config.json         a pretrained backbone's config (:mod:`probtrans.hub`; its
+                                 weights are in the checkpoint): no network nor hub cache needed
 
 A run's files are replaced together or not at all. A fit trains into ``DIR.partial``
 (:func:`open_staging`) and only replaces ``DIR`` once the run is complete (:func:`replace_folder`),
@@ -50,6 +52,7 @@ from probtrans.checkpoint import UnreadableCheckpoint, load_checkpoint, set_asid
 from probtrans.data.saved import DATA_FILES
 from probtrans.errors import ProbtransError
 from probtrans.feature_scores import FeatureDensity
+from probtrans.hub import RUN_BACKBONE
 from probtrans.inference.posthoc import Energy, Probs
 from probtrans.inference.train import Resumable
 from probtrans.io import (
@@ -78,6 +81,7 @@ RUN_FILES = frozenset(
         "report.png",
         "timing.json",
         "feature_scores.npz",
+        RUN_BACKBONE,
         *DATA_FILES,
     }
 )

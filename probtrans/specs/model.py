@@ -91,6 +91,10 @@ class DataSpec(Spec):
     """Text: words seen fewer times in training map to the unknown id."""
     max_len: PositiveInt = 512
     """Text: tokens kept per text (at most ``model.max_positions``); images ignore it."""
+    tokenizer: str | None = Field(None, min_length=1)
+    """Text: a pretrained Hugging Face tokenizer, a folder written by ``save_pretrained`` or
+    ``hf:ID``, instead of a word-level one learned on the training split (``vocab_size`` and
+    ``min_freq`` then do not apply). A ``model.backbone`` sets it to its own."""
 
     @model_validator(mode="after")
     def _source(self) -> DataSpec:
@@ -113,12 +117,27 @@ class DataSpec(Spec):
         return self
 
 
+class LoraSpec(Spec):
+    """``[model.prior] lora``: low-rank adapters W x + (alpha / r) B A x of a backbone's linear
+    maps (Hu et al. 2022), A (r, d_in) and B (d_out, r); with ``weights = "lora"`` A and B
+    carry the priors and the backbone is frozen (Bayesian LoRA; Wang et al. 2024)."""
+
+    r: PositiveInt = 8
+    alpha: Positive = 16.0
+    targets: list[Annotated[str, Field(min_length=1)]] = Field(["query", "value"], min_length=1)
+    """The backbone's linear maps to adapt: those whose module name (the last part of its
+    path) is one of these, e.g. ``query`` and ``value`` in BERT, ``q_lin`` and ``v_lin`` in
+    DistilBERT, or whose whole path ends with one."""
+
+
 class PriorSpec(Spec):
     """``[model.prior]``: Normal(0, scale²) priors on network weights."""
 
-    weights: Literal["none", "last_layer", "all"] = "none"
-    """Which weights are random: none (maximum likelihood), the head, or all."""
+    weights: Literal["none", "last_layer", "all", "lora"] = "none"
+    """Which weights are random: none (maximum likelihood), the head, all, or (with a
+    ``model.backbone``) low-rank adapters of the frozen backbone and the head."""
     scale: Positive = 1.0
+    lora: LoraSpec = LoraSpec()
 
 
 class HeadSpec(Spec):
@@ -132,15 +151,40 @@ class HeadSpec(Spec):
     """random_features: the RBF kernel's length scale ℓ."""
 
 
+class SwapSpec(Spec):
+    """``[model.swap]``: which self-attention blocks of a ``model.backbone`` form their weights
+    with a probtrans attention kind (the pretrained projections are kept,
+    :mod:`probtrans.backbone.swap`)."""
+
+    layers: list[int] | Literal["all"] = [-1]
+    """Block indices, 0 the lowest; negative ones count from the top (−1 the last)."""
+    attention: AttentionOptions = SoftmaxOptions()
+    """The attention kind and its options, as ``model.attention``."""
+
+
+#: ``[model]`` fields that a ``model.backbone`` gives itself (its config), refused beside one
+BACKBONE_FIXES = ("d_model", "n_heads", "n_layers", "d_ff", "norm", "max_positions", "attention")
+
+
 class NetworkSpec(Spec):
-    """``[model]``: the transformer encoder and its classification head."""
+    """``[model]``: the transformer encoder and its classification head: one trained here
+    (its sizes below), or a pretrained Hugging Face ``backbone``."""
+
+    backbone: str | None = Field(None, min_length=1)
+    """A pretrained Hugging Face transformer (:mod:`probtrans.backbone`): ``hf:ID`` (optional
+    ``@REVISION``), or a folder written by ``save_pretrained`` (relative paths start at the
+    spec's folder). Its tokenizer reads the texts; its sizes replace the ones below."""
+    swap: SwapSpec | None = None
+    """With a backbone: its blocks whose attention becomes a probtrans kind (default none)."""
 
     d_model: PositiveInt = 64
     n_heads: PositiveInt = 4
     n_layers: PositiveInt = 2
     d_ff: PositiveInt = 128
     norm: Literal["pre", "post"] = "pre"
-    pooling: Literal["mean", "first"] = "mean"
+    pooling: Literal["mean", "first", "cls"] = "mean"
+    """``mean`` over real tokens, or the first token (``first`` or ``cls``): a learned [CLS]
+    token for a network trained here, the backbone's own first token ([CLS], ``<s>``)."""
     dropout: Rate = 0.1
     max_positions: PositiveInt = 512
     """Learned positions of token inputs: the longest sequence the network takes."""
@@ -153,6 +197,25 @@ class NetworkSpec(Spec):
     @model_validator(mode="after")
     def _consistent(self) -> NetworkSpec:
         check_heads(self.d_model, self.n_heads)
+        if self.backbone is not None:
+            fixed = [
+                name
+                for name in BACKBONE_FIXES
+                if getattr(self, name) != type(self).model_fields[name].default
+            ]
+            if fixed:
+                value = getattr(self, fixed[0])
+                raise rule(fixed[0], value, "comes from model.backbone; remove it")
+            if self.prior.weights == "all" or self.spectral_norm:
+                field, value = (
+                    ("prior.weights", "all")
+                    if self.prior.weights == "all"
+                    else ("spectral_norm", self.spectral_norm)
+                )
+                raise rule(field, value, "not with a model.backbone (use prior.weights = 'lora')")
+        elif self.swap is not None or self.prior.weights == "lora":
+            field, value = ("swap", "…") if self.swap is not None else ("prior.weights", "lora")
+            raise rule(field, value, "needs model.backbone (a pretrained model)")
         if self.spectral_norm and self.prior.weights == "all":
             raise rule(
                 "spectral_norm",

@@ -1,0 +1,71 @@
+"""Low-rank adapters of a backbone's linear maps (LoRA; Hu et al. 2022, Eq. 3).
+
+An adapted map is h = W x + b + (α / r) B A x with the pretrained W, b frozen, A (r, d_in) and
+B (d_out, r); B starts at zero, so the adapted model starts as the pretrained one, and A as in
+the LoRA paper (Kaiming-uniform). :class:`LoRALinear` is a ``PyroModule``: with ``[model.prior]
+weights = "lora"`` its ``lora_a`` and ``lora_b`` become ``PyroSample`` sites with Normal priors
+(:class:`probtrans.model.BackboneClassifier`), so any weight guide over them — MAP, mean-field,
+low-rank, Laplace — is Bayesian fine-tuning of the adapters (mean-field: BLoB, Wang et al.
+2024).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from pyro.nn import PyroModule
+from torch import Tensor, nn
+
+from probtrans.errors import ConfigError
+
+#: the attributes of an adapter that carry its low-rank factors
+FACTORS = ("lora_a", "lora_b")
+
+
+class LoRALinear(PyroModule):
+    """``base`` (an ``nn.Linear``, kept frozen) plus the low-rank update (α / r) B A."""
+
+    def __init__(self, base: nn.Linear, r: int, alpha: float) -> None:
+        super().__init__()
+        self.base = base
+        self.scaling = alpha / r
+        self.lora_a = nn.Parameter(torch.empty(r, base.in_features))
+        nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
+        self.lora_b = nn.Parameter(torch.zeros(base.out_features, r))
+
+    def forward(self, x: Tensor) -> Tensor:
+        update = (x @ self.lora_a.transpose(0, 1).to(x.dtype)) @ self.lora_b.transpose(0, 1)
+        return self.base(x) + self.scaling * update.to(x.dtype)
+
+
+def add_lora(
+    model: nn.Module, targets: list[str], r: int, alpha: float, field: str = "model.prior.lora"
+) -> dict[str, LoRALinear]:
+    """Replace (in place) every ``nn.Linear`` of ``model`` whose name is one of ``targets`` (or
+    whose path ends with one) by a :class:`LoRALinear` around it; returns path → adapter.
+    Targets that match no linear map are refused."""
+    adapters: dict[str, LoRALinear] = {}
+    matched: set[str] = set()
+    for path, module in list(model.named_modules()):
+        if not isinstance(module, nn.Linear) or not path:
+            continue
+        hits = [t for t in targets if path == t or path.endswith("." + t)]
+        if not hits:
+            continue
+        matched.update(hits)
+        parent_path, _, name = path.rpartition(".")
+        parent = model.get_submodule(parent_path)
+        adapter = LoRALinear(module, r, alpha)
+        setattr(parent, name, adapter)
+        adapters[path] = adapter
+    missing = [t for t in targets if t not in matched]
+    if missing:
+        names = sorted(
+            {p.rpartition(".")[2] for p, m in model.named_modules() if isinstance(m, nn.Linear)}
+        )
+        raise ConfigError(
+            f"{field}.targets = {targets}: {missing[0]!r} matches no linear map of the backbone "
+            f"(its linear maps are named {', '.join(names)})"
+        )
+    return adapters

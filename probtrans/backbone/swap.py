@@ -1,0 +1,222 @@
+"""probtrans attention inside a pretrained Hugging Face transformer.
+
+The self-attention modules of ``transformers``' encoders (BERT, RoBERTa, DistilBERT, ViT and
+others written the same way) project the tokens to per-head queries, keys and values with their
+own linear maps, then call the attention function that ``config._attn_implementation`` names in
+Hugging Face's registry (``AttentionInterface``). :func:`swap_blocks` registers one function,
+``"probtrans"`` (with the padding mask of ``"sdpa"``), and sets it on the model: in a block
+given a probtrans attention layer (held as the block's attribute ``attn``) that layer forms the
+weights from the block's pretrained queries, keys and values
+(:meth:`~probtrans.attention.base.MultiHeadAttention.attend_projected`), and every other block
+runs PyTorch's scaled dot-product attention as before. The pretrained query, key, value and
+output projections are kept, so softmax attention swapped in gives the model's own outputs.
+
+Registering the function adds one name to ``transformers``' registry when a model is first
+swapped (never on import); models that do not name it are unchanged. The attention dropout of
+a swapped block is the probtrans layer's own option (the block's ``attention_probs_dropout_prob``
+is not applied).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from torch import Tensor, nn
+
+from probtrans.attention import ATTENTION
+from probtrans.encoder import make_attention
+from probtrans.errors import ConfigError
+from probtrans.pyro_internals import DeepPyroModule
+from probtrans.specs import Spec
+
+#: the name of probtrans's attention function in Hugging Face's registry
+IMPLEMENTATION = "probtrans"
+#: (query, key, value) attribute names of the projections of known self-attention modules
+PROJECTION_NAMES = (
+    ("query", "key", "value"),  # BERT, RoBERTa, ELECTRA
+    ("q_lin", "k_lin", "v_lin"),  # DistilBERT
+    ("q_proj", "k_proj", "v_proj"),  # ViT and newer models
+)
+#: the attribute of a swapped self-attention module that holds its probtrans layer
+LAYER = "attn"
+
+
+@dataclass(frozen=True)
+class Block:
+    """A self-attention module of a backbone: its path, the module, and its key projection."""
+
+    path: str
+    module: nn.Module
+    key_map: nn.Module
+
+
+def linear(module: object) -> nn.Linear | None:
+    """``module`` if it is a linear map, the map it adapts if it is an adapter
+    (:class:`~probtrans.backbone.lora.LoRALinear`), else None."""
+    base = getattr(module, "base", module)
+    return base if isinstance(base, nn.Linear) else None
+
+
+def key_map(module: nn.Module) -> nn.Module | None:
+    """The key projection of a self-attention module: one with per-head query, key and value
+    projections of a known name (:data:`PROJECTION_NAMES`); None for any other module."""
+    for names in PROJECTION_NAMES:
+        maps = [getattr(module, name, None) for name in names]
+        if all(linear(m) is not None for m in maps):
+            return maps[1]
+    return None
+
+
+def attention_blocks(model: nn.Module) -> list[Block]:
+    """The self-attention modules of ``model``, bottom to top."""
+    blocks = []
+    for path, module in model.named_modules():
+        keys = key_map(module)
+        if keys is not None:
+            blocks.append(Block(path, module, keys))
+    return blocks
+
+
+def uses_attention_registry(module: nn.Module) -> bool:
+    """Whether the self-attention module calls the function of Hugging Face's registry that
+    the config names (so that a swapped layer is used), as read in its ``forward``."""
+    try:
+        source = inspect.getsource(type(module).forward)
+    except (OSError, TypeError):
+        return True  # no source to read: trust the projections' names
+    return "ALL_ATTENTION_FUNCTIONS" in source
+
+
+def key_padding(mask: Tensor | None) -> Tensor | None:
+    """The keys (B, L) that a Hugging Face attention mask (B, 1|H, L_q, L) lets some query see:
+    a boolean mask (True: attend) or an additive one (0: attend)."""
+    if mask is None:
+        return None
+    allowed = mask if mask.dtype.is_floating_point is False else mask > mask.new_tensor(-1.0)
+    return allowed.any(dim=1).any(dim=1)
+
+
+def probtrans_attention(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[Tensor, None]:
+    """Hugging Face's attention-function signature: q, k, v (B, H, L, d) → ((B, L, H, d), no
+    weights). A block holding a probtrans layer uses it; any other runs scaled dot-product
+    attention."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    layer = module._modules.get(LAYER)
+    if layer is None:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        )
+    h = layer.attend_projected(query, key, value, key_padding(attention_mask), key_map(module))
+    return h.transpose(1, 2).contiguous(), None
+
+
+def register_implementation() -> None:
+    """Add :func:`probtrans_attention` to Hugging Face's registries (once)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(IMPLEMENTATION, probtrans_attention)
+    AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)
+
+
+def chosen_blocks(blocks: list[Block], layers: list[int] | str, field: str) -> list[Block]:
+    """The blocks that ``layers`` names (indices, negative from the top, or ``"all"``)."""
+    if layers == "all":
+        return blocks
+    chosen = []
+    for index in layers:
+        if not -len(blocks) <= index < len(blocks):
+            raise ConfigError(
+                f"{field} = {list(layers)}: index {index} is out of range: the backbone has "
+                f"{len(blocks)} self-attention blocks (0 … {len(blocks) - 1}, or −1 … "
+                f"−{len(blocks)} from the top)"
+            )
+        block = blocks[index]
+        if block in chosen:
+            raise ConfigError(f"{field} = {list(layers)}: block {block.path} is named twice")
+        chosen.append(block)
+    return sorted(chosen, key=blocks.index)
+
+
+def swap_blocks(
+    model: nn.Module,
+    layers: list[int] | str = (-1,),
+    attention: str | Spec = "softmax",
+    field: str = "model.swap",
+    **options: Any,
+) -> list[Block]:
+    """Give the self-attention blocks ``layers`` of the Hugging Face ``model`` (in place) a
+    probtrans ``attention`` kind (a kind name with ``options``, or an options object) that forms
+    their weights from the pretrained queries, keys and values; returns the swapped blocks.
+
+    The new layers are ``PyroModule``\\ s held as ``{block}.attn``; :class:`PyroBackbone`
+    (what :func:`swap_attention` returns) names their sample sites after their path.
+    """
+    config = getattr(model, "config", None)
+    blocks = attention_blocks(model)
+    if config is None or not blocks:
+        raise ConfigError(
+            f"{field}: {type(model).__name__} has no self-attention blocks of a known shape "
+            f"(modules with linear maps {' / '.join(', '.join(n) for n in PROJECTION_NAMES)})"
+        )
+    chosen = chosen_blocks(blocks, list(layers) if layers != "all" else "all", f"{field}.layers")
+    kind = attention if isinstance(attention, str) else attention.kind
+    refusal = ATTENTION.get(kind, f"{field}.attention.kind").backbone_refusal
+    if refusal is not None:
+        raise ConfigError(
+            f"{field}.attention.kind = {kind!r}: cannot be placed in a backbone: {refusal}"
+        )
+    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_heads", None)
+    for block in chosen:
+        if not uses_attention_registry(block.module):
+            raise ConfigError(
+                f"{field}: {block.path} ({type(block.module).__name__}) does not call Hugging "
+                f"Face's attention-function registry, so its attention cannot be swapped"
+            )
+        if LAYER in block.module._modules:
+            raise ConfigError(f"{field}: {block.path} already holds a probtrans layer")
+        width = linear(block.key_map).out_features
+        layer = make_attention(attention, width, heads, projections=False, **options)
+        block.module.add_module(LAYER, layer)
+    register_implementation()
+    model.set_attn_implementation(IMPLEMENTATION)
+    return chosen
+
+
+class PyroBackbone(DeepPyroModule):
+    """A Hugging Face model as a ``PyroModule`` for your own Pyro model: called as the model
+    itself, its swapped layers' sites named after their path (``model.encoder.layer.1.
+    attention.self.attn.a_v``, prefixed by the attribute that holds it in your module)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.attach_deep()
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.model(*args, **kwargs)
+
+
+def swap_attention(
+    model: nn.Module,
+    layers: list[int] | str = (-1,),
+    attention: str | Spec = "softmax",
+    **options: Any,
+) -> PyroBackbone:
+    """``model`` (a Hugging Face transformer, changed in place) with the blocks ``layers``
+    given the probtrans ``attention`` kind (:func:`swap_attention`), as a :class:`PyroBackbone`
+    for your own SVI (``probtrans.swap_attention``)."""
+    swap_blocks(model, layers, attention, field="swap_attention", **options)
+    return PyroBackbone(model)

@@ -1,0 +1,146 @@
+"""A pretrained backbone by name: ``hf:ID[@REVISION]`` (the Hugging Face hub) or a folder
+written by ``save_pretrained``, loaded with ``transformers``' auto classes.
+
+A hub id is fetched once into the Hugging Face cache (``huggingface_hub.snapshot_download``:
+config, weights as safetensors, tokenizer files) and read from there afterwards; without a
+network (or under ``HF_HUB_OFFLINE=1``) an id not in the cache is one error line saying that it
+needs a network or a local folder. A run keeps what it needs to be rebuilt with no network
+(:func:`keep_backbone`): the backbone's config in ``RUN/backbone/``, the tokenizer in the run's
+``tokenizer.json``, and every weight in ``checkpoint.pt``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tokenizers import Tokenizer
+from torch import nn
+
+from probtrans.errors import ConfigError, ProbtransError
+from probtrans.io import write_text
+
+HUB = "hf:"
+#: the files of a hub snapshot that a backbone needs (no other framework's weights)
+HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model"]
+#: the folder of a run that holds its backbone's config
+RUN_BACKBONE = "backbone"
+#: model types whose learned positions start after the padding id (RoBERTa's offset)
+POSITION_OFFSET_TYPES = ("roberta", "xlm-roberta", "camembert", "xlm-roberta-xl")
+
+
+def backbone_folder(ref: str, base: Path | None, field: str = "model.backbone") -> Path:
+    """The local folder of the backbone ``ref`` (``hf:ID[@REVISION]`` or a folder; relative
+    folders start at ``base``); a hub id is downloaded into the Hugging Face cache once."""
+    if ref.startswith(HUB):
+        repo, _, revision = ref[len(HUB) :].partition("@")
+        return _snapshot(repo, revision or None, f"{field} = {ref!r}")
+    folder = Path(ref).expanduser()
+    if not folder.is_absolute() and base is not None:
+        folder = base / folder
+    if not (folder / "config.json").is_file():
+        what = "no such folder" if not folder.exists() else "no config.json in it"
+        raise ConfigError(
+            f"{field} = {ref!r}: {folder} is not a model saved by save_pretrained ({what}); "
+            f"give such a folder or a hub id hf:ID"
+        )
+    return folder
+
+
+def _snapshot(repo: str, revision: str | None, label: str) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    from huggingface_hub.utils import HFValidationError
+
+    if not repo:
+        raise ConfigError(f"{label}: give the hub id after 'hf:'")
+    get = dict(repo_id=repo, revision=revision, allow_patterns=HUB_FILES)
+    try:
+        return Path(snapshot_download(**get, local_files_only=True))
+    except HFValidationError as err:
+        raise ConfigError(f"{label}: not a hub id ({str(err).splitlines()[0]})") from None
+    except LocalEntryNotFoundError:
+        pass  # not in the cache yet
+    offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+    needs = "it needs a network or a local folder written by save_pretrained"
+    if offline:
+        raise ConfigError(
+            f"{label}: not in the Hugging Face cache and HF_HUB_OFFLINE is set; {needs}"
+        )
+    try:
+        return Path(snapshot_download(**get, etag_timeout=10))
+    except LocalEntryNotFoundError:  # the hub could not be reached
+        raise ConfigError(f"{label}: the Hugging Face hub cannot be reached; {needs}") from None
+    except HfHubHTTPError as err:
+        raise ConfigError(f"{label}: {str(err).splitlines()[0]}") from None
+
+
+def load_config(folder: Path, field: str = "model.backbone"):  # -> PretrainedConfig
+    """The backbone's ``transformers`` config."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(folder)
+    except (OSError, ValueError, KeyError) as err:
+        raise ConfigError(f"{field}: {folder}: not a model config ({_first_line(err)})") from None
+
+
+def load_backbone(folder: Path, pretrained: bool, field: str = "model.backbone") -> nn.Module:
+    """The backbone of ``folder`` without a task head (``AutoModel``): its pretrained weights, or
+    (``pretrained=False``, for a run whose checkpoint holds every weight) only its shape."""
+    from transformers import AutoModel
+
+    config = load_config(folder, field)
+    try:
+        if pretrained:
+            return AutoModel.from_pretrained(folder, config=config)
+        return AutoModel.from_config(config)
+    except (OSError, ValueError, KeyError) as err:
+        raise ConfigError(f"{field}: {folder}: not a loadable model ({_first_line(err)})") from None
+
+
+def backbone_tokenizer(folder: Path, field: str = "model.backbone") -> Tokenizer:
+    """The backbone's fast tokenizer (``AutoTokenizer``) as a ``tokenizers.Tokenizer``: the
+    object a probtrans text bundle keeps, padding with the backbone's padding token."""
+    from transformers import AutoTokenizer
+
+    try:
+        fast = AutoTokenizer.from_pretrained(folder, use_fast=True)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ConfigError(f"{field}: {folder}: no usable tokenizer ({_first_line(err)})") from None
+    if not getattr(fast, "is_fast", False) or fast.pad_token_id is None:
+        why = "not a fast tokenizer" if not getattr(fast, "is_fast", False) else "no padding token"
+        raise ConfigError(f"{field}: {folder}: its tokenizer has {why}; probtrans needs one")
+    tokenizer = Tokenizer.from_str(fast.backend_tokenizer.to_str())
+    tokenizer.enable_padding(pad_id=fast.pad_token_id, pad_token=fast.pad_token)
+    return tokenizer
+
+
+def max_positions(config) -> int:  # config: PretrainedConfig
+    """The longest token sequence the backbone takes (its learned positions; RoBERTa's first
+    ``pad_token_id + 1`` are not for tokens)."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions is None:
+        return 2**31
+    if config.model_type in POSITION_OFFSET_TYPES:
+        positions -= config.pad_token_id + 1
+    return int(positions)
+
+
+def keep_backbone(folder: Path, run_dir: Path) -> None:
+    """Write the backbone's config into ``RUN/backbone/`` (its weights are in the checkpoint,
+    its tokenizer in the run's ``tokenizer.json``)."""
+    config = load_config(folder)
+    write_text(run_dir / RUN_BACKBONE / "config.json", config.to_json_string())
+
+
+def run_backbone(run_dir: Path) -> Path:
+    """The backbone folder a run keeps (:func:`keep_backbone`)."""
+    folder = run_dir / RUN_BACKBONE
+    if not (folder / "config.json").is_file():
+        raise ProbtransError(f"{folder}/config.json: missing; the run's backbone cannot be rebuilt")
+    return folder
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:300]

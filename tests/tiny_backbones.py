@@ -1,0 +1,92 @@
+"""Tiny pretrained-style Hugging Face models for the backbone tests: random weights, hidden size
+32, 2 layers, a WordPiece tokenizer trained here with ``tokenizers``, saved with
+``save_pretrained`` into a folder that the backbone code loads as it would a hub snapshot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+#: a few sentences to learn the tokenizer's vocabulary from
+TEXTS = [
+    "the film was wonderful and the actors were great",
+    "a dull and boring movie with a terrible plot",
+    "I loved every minute of this beautiful story",
+    "the worst acting I have ever seen on screen",
+    "an excellent script , clever and funny",
+    "bad direction , bad music and a weak ending",
+]
+SPECIAL = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+TEXT_FAMILIES = ("bert", "roberta", "distilbert")
+
+
+def tiny_tokenizer(texts: list[str] = TEXTS, pad_first: bool = True):
+    """A fast WordPiece tokenizer (``PreTrainedTokenizerFast``) with [CLS] … [SEP] around each
+    text; [PAD] is id 0 unless ``pad_first`` is False (then id 1, as in RoBERTa)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    order = ["pad", "unk", "cls", "sep", "mask"]
+    if not pad_first:
+        order = ["cls", "pad", "sep", "unk", "mask"]
+    specials = [SPECIAL[name] for name in order]
+    tokenizer = Tokenizer(models.WordPiece(unk_token=SPECIAL["unk"]))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.train_from_iterator(
+        texts, trainers.WordPieceTrainer(vocab_size=200, special_tokens=specials)
+    )
+    cls, sep = SPECIAL["cls"], SPECIAL["sep"]
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}",
+        special_tokens=[(cls, tokenizer.token_to_id(cls)), (sep, tokenizer.token_to_id(sep))],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        **{f"{name}_token": token for name, token in SPECIAL.items()},
+    )
+
+
+def tiny_config(family: str, vocab_size: int = 200, **sizes):
+    """A config of ``family`` (bert, roberta, distilbert, vit) with hidden size 32, 4 heads and
+    2 layers; ``sizes`` override."""
+    from transformers import BertConfig, DistilBertConfig, RobertaConfig, ViTConfig
+
+    if family == "distilbert":
+        return DistilBertConfig(
+            vocab_size=vocab_size,
+            dim=32,
+            n_heads=4,
+            n_layers=2,
+            hidden_dim=64,
+            max_position_embeddings=64,
+            pad_token_id=0,
+            **sizes,
+        )
+    common = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64)
+    if family == "vit":
+        return ViTConfig(**common, image_size=8, patch_size=2, num_channels=1, **sizes)
+    if family == "roberta":
+        return RobertaConfig(
+            **common, vocab_size=vocab_size, max_position_embeddings=66, pad_token_id=1, **sizes
+        )
+    return BertConfig(**common, vocab_size=vocab_size, max_position_embeddings=64, **sizes)
+
+
+def save_tiny_backbone(family: str, folder: Path, seed: int = 0) -> Path:
+    """Write a tiny ``family`` model (random weights, ``AutoModel``) and, for text, its
+    tokenizer into ``folder`` with ``save_pretrained``; returns the folder."""
+    from transformers import AutoModel
+
+    torch.manual_seed(seed)
+    tokenizer = None
+    config = tiny_config(family)
+    if family != "vit":
+        tokenizer = tiny_tokenizer(pad_first=family != "roberta")
+        config = tiny_config(family, vocab_size=len(tokenizer))
+    model = AutoModel.from_config(config)
+    model.save_pretrained(folder)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)
+    return Path(folder)
