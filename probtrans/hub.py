@@ -12,6 +12,8 @@ needs a network or a local folder. A run keeps what it needs to be rebuilt with 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tokenizers import Tokenizer
@@ -92,11 +94,37 @@ def load_backbone(folder: Path, pretrained: bool, field: str = "model.backbone")
 
     config = load_config(folder, field)
     try:
-        if pretrained:
-            return AutoModel.from_pretrained(folder, config=config)
-        return AutoModel.from_config(config)
+        with _no_progress_bars():
+            if pretrained:
+                return AutoModel.from_pretrained(folder, config=config)
+            return AutoModel.from_config(config)
     except (OSError, ValueError, KeyError) as err:
         raise ConfigError(f"{field}: {folder}: not a loadable model ({_first_line(err)})") from None
+
+
+@contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """``transformers``' progress bars (its "Loading weights" bar on stderr) off inside the
+    block: a command prints its own progress, and an error as one line."""
+    from transformers.utils.logging import set_tqdm_hook
+
+    def quiet(factory, args, kwargs):
+        kwargs = {**kwargs, "disable": True}
+        return factory(*args, **kwargs) if previous is None else previous(factory, args, kwargs)
+
+    previous = set_tqdm_hook(quiet)
+    try:
+        yield
+    finally:
+        set_tqdm_hook(previous)
+
+
+def check_reads_texts(folder: Path, label: str) -> None:
+    """Refuse texts for an image model (a config with an image size and no vocabulary), before
+    its tokenizer, which it does not have, is looked for."""
+    config = load_config(folder, label)
+    if getattr(config, "vocab_size", None) is None and hasattr(config, "image_size"):
+        raise ConfigError(f"{label}: an image model; the data are texts")
 
 
 def backbone_tokenizer(folder: Path, field: str = "model.backbone") -> Tokenizer:

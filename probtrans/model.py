@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from probtrans.attention import MultiHeadAttention
 from probtrans.backbone.lora import FACTORS, add_lora
-from probtrans.backbone.swap import swap_blocks
+from probtrans.backbone.swap import start_from_pretrained, swap_blocks
 from probtrans.contract import full_precision, local_params
 from probtrans.data import DataBundle
 from probtrans.encoder import Encoder
@@ -314,9 +314,14 @@ class BackboneClassifier(PyroClassifier, DeepPyroModule):
             self.put_priors(self.head, "head.", prior.scale)
 
     def encode(self, inputs: Tensor, mask: Tensor | None = None) -> Tensor:
-        """inputs: images (B, C, H, W) or token ids (B, L); mask: (B, L) bool, True for real
-        tokens → the pooled representation (B, hidden size)."""
+        """inputs: images (B, C, H, W), resized (bilinear) to the backbone's image size, or
+        token ids (B, L); mask: (B, L) bool, True for real tokens → the pooled representation
+        (B, hidden size)."""
         if self.image:
+            size = self.backbone.config.image_size
+            size = (size, size) if isinstance(size, int) else tuple(size)
+            if tuple(inputs.shape[-2:]) != size:  # resized to the backbone's images
+                inputs = nn.functional.interpolate(inputs, size=size, mode="bilinear")
             hidden = self.backbone(pixel_values=inputs).last_hidden_state
             mask = None
         else:
@@ -387,6 +392,10 @@ def build_classifier(
     return Classifier(net, embedding, data.n_classes)
 
 
+#: the training examples whose pretrained tokens start the swapped layers' own parameters
+START_EXAMPLES = 64
+
+
 def build_backbone_classifier(
     spec: ModelSpec, data: DataBundle, kept: Path | None = None
 ) -> BackboneClassifier:
@@ -395,7 +404,13 @@ def build_backbone_classifier(
     folder = kept or backbone_folder(spec.network.backbone, spec_folder(spec))
     backbone = load_backbone(folder, pretrained=kept is None)
     check_backbone_data(backbone.config, spec, data)
-    return BackboneClassifier(spec.network, backbone, data.n_classes, data.kind == "image")
+    image = data.kind == "image"
+    classifier = BackboneClassifier(spec.network, backbone, data.n_classes, image)
+    if kept is None and spec.network.swap is not None and len(data.train):
+        _, inputs, mask, _ = data.train.batch(torch.randperm(len(data.train))[:START_EXAMPLES])
+        given = {"pixel_values": inputs} if image else {"input_ids": inputs, "attention_mask": mask}
+        start_from_pretrained(backbone, **given)
+    return classifier
 
 
 def check_backbone_data(config: object, spec: ModelSpec, data: DataBundle) -> None:
@@ -407,12 +422,11 @@ def check_backbone_data(config: object, spec: ModelSpec, data: DataBundle) -> No
     if data.kind == "image":
         if image_size is None:
             raise ConfigError(f"{name}: a text model; the data are images")
-        size = image_size if isinstance(image_size, int) else image_size[0]
-        takes = (getattr(config, "num_channels", 3), size, size)
-        if tuple(data.image_shape or ()) != takes:
+        channels = getattr(config, "num_channels", 3)
+        if (data.image_shape or (0,))[0] != channels:
             raise ConfigError(
-                f"data: images of shape {tuple(data.image_shape or ())}; {name} takes "
-                f"{takes} (resize them, or save the backbone with that image_size)"
+                f"data: images of shape {tuple(data.image_shape or ())}: {name} takes "
+                f"{channels} channels"
             )
         return
     if vocabulary is None:

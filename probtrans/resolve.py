@@ -17,7 +17,7 @@ from probtrans.data.sources import DATA_SOURCES, is_image
 from probtrans.errors import ConfigError
 from probtrans.gp.guides import INDUCING_GUIDES
 from probtrans.guides import GUIDES
-from probtrans.hub import backbone_folder
+from probtrans.hub import backbone_folder, check_reads_texts
 from probtrans.metrics import UNCERTAINTY_SCORES
 from probtrans.registry import Registry
 from probtrans.specs import InferenceSpec, ModelSpec, read_inference_spec, read_model_spec
@@ -81,6 +81,7 @@ def with_local_backbone(spec: ModelSpec) -> ModelSpec:
         folder = backbone_folder(spec.network.backbone, base, f"{spec.file}: model.backbone")
         changes["model.backbone"] = str(folder)
         if spec.data.tokenizer is None and not is_image(spec.data):
+            check_reads_texts(folder, f"{spec.file}: model.backbone = {spec.network.backbone!r}")
             changes["data.tokenizer"] = str(folder)
     if spec.data.tokenizer is not None:
         field = f"{spec.file}: data.tokenizer"

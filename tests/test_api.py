@@ -321,6 +321,24 @@ def test_the_readme_example_runs():
     assert accuracy > 0.8
 
 
+def test_the_pretrained_model_example_runs(tmp_path):
+    from tests.tiny_backbones import save_tiny_backbone
+
+    folder = save_tiny_backbone("bert", tmp_path / "bert")
+    done = subprocess.run(
+        [sys.executable, "examples/pretrained_model.py", str(folder)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "encoder.model.encoder.layer.1.attention.self.attn.a_v" in out
+    losses = [float(line.split("loss")[1]) for line in out.splitlines() if " loss " in line]
+    assert len(losses) == 3 and losses[-1] < losses[0]
+    assert out.count("of 50 predictive draws") == 2
+
+
 def test_the_api_is_imported_on_first_use():
     out = run_script(
         "import sys, probtrans\n"

@@ -10,6 +10,7 @@ import gzip
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,7 @@ class Expect:
     names: tuple[str, ...]
     absent: tuple[str, ...] = ()
     max_chars: int | None = None  # the longest the error line may be
+    max_seconds: float | None = None  # the longest the command may take
 
 
 class Workspace:
@@ -130,6 +132,23 @@ class Workspace:
         """A copy of a real run folder on text files (a tokenizer.json in it)."""
         source = self.request.getfixturevalue("fitted_text_run")
         return Path(shutil.copytree(source, self.root / name))
+
+    def backbone(self, family: str = "bert", name: str | None = None) -> Path:
+        """A copy of a tiny pretrained-style model (:mod:`tests.tiny_backbones`) in ``name``."""
+        source = self.request.getfixturevalue("tiny_backbones") / family
+        return Path(shutil.copytree(source, self.root / (name or family)))
+
+    def backbone_model(self, extra: str = "", backbone: str | None = None, **data: str) -> Path:
+        """A model spec of the tiny BERT (or ``backbone``) on a CSV of texts, ``data`` set in
+        its ``[data]`` table and ``extra`` at its end."""
+        if backbone is None:
+            backbone = str(self.backbone())
+        if "train" not in data:
+            self.write("train.csv", own_rows())
+        values = {"kind": '"text"', "train": '"train.csv"', "max_len": "16", **data}
+        table = "".join(f"{key} = {value}\n" for key, value in values.items())
+        model = f'[model]\nbackbone = "{backbone}"\npooling = "cls"\n'
+        return self.write("backbone.toml", f"[data]\n{table}\n{model}{extra}")
 
     def data_dir(self, files: dict[str, bytes]) -> Path:
         """``$PROBTRANS_DATA_DIR`` holding ``files`` (paths relative to it)."""
@@ -1149,6 +1168,166 @@ def _(w: Workspace) -> Expect:
     return Expect(["describe", str(w.text_model())], (str(blocker),))
 
 
+# ====================================================================== pretrained backbones
+def backbone_case(name: str, extra: str, *names: str, **data: str) -> None:
+    """``fit`` of the tiny BERT on texts, its spec with ``extra`` (and ``data`` in ``[data]``):
+    the file and ``names``."""
+
+    @case(f"spec/model: backbone {name}")
+    def build(w: Workspace) -> Expect:
+        model = w.backbone_model(extra, **data)
+        return Expect(w.fit(model), (str(model), *names))
+
+
+@case("spec/model: backbone hub id not in the cache, offline")
+def _(w: Workspace) -> Expect:
+    home = w.root / "hf-home"  # an empty Hugging Face home: nothing cached
+    home.mkdir()
+    w.monkeypatch.setenv("HF_HOME", str(home))
+    model = w.backbone_model(backbone="hf:no-such-org/no-such-model")
+    names = (str(model), "model.backbone = 'hf:no-such-org/no-such-model'", "needs a network")
+    return Expect(w.fit(model), (*names, "or a local folder"), max_seconds=10)
+
+
+@case("describe: backbone hub id not in the cache, offline")
+def _(w: Workspace) -> Expect:
+    model = w.backbone_model(backbone="hf:no-such-org/no-such-model")
+    names = (str(model), "model.backbone", "needs a network or a local folder")
+    return Expect(["describe", str(model)], names, max_seconds=10)
+
+
+@case("spec/model: backbone hub id empty")
+def _(w: Workspace) -> Expect:
+    model = w.backbone_model(backbone="hf:")
+    return Expect(w.fit(model), (str(model), "model.backbone = 'hf:'", "give the hub id"))
+
+
+@case("spec/model: backbone hub id malformed")
+def _(w: Workspace) -> Expect:
+    model = w.backbone_model(backbone="hf:a//b")
+    return Expect(w.fit(model), (str(model), "model.backbone = 'hf:a//b'", "not a hub id"))
+
+
+@case("spec/model: backbone folder that is not a saved model")
+def _(w: Workspace) -> Expect:
+    w.write("weights/notes.txt", "not a model")
+    model = w.backbone_model(backbone="weights")
+    folder = w.root / "weights"
+    return Expect(w.fit(model), (str(model), "model.backbone", str(folder), "no config.json"))
+
+
+@case("spec/model: backbone folder that does not exist")
+def _(w: Workspace) -> Expect:
+    model = w.backbone_model(backbone="gone")
+    folder = w.root / "gone"
+    return Expect(w.fit(model), (str(model), "model.backbone", str(folder), "no such folder"))
+
+
+backbone_case(
+    "swap index out of range",
+    "[model.swap]\nlayers = [5]\n",
+    "model.swap.layers = [5]",
+    "out of range",
+    "2 self-attention blocks",
+)
+backbone_case(
+    "swap naming one block twice", "[model.swap]\nlayers = [1, -1]\n", "model.swap.layers"
+)
+backbone_case(
+    "swap of sgpa_standard",
+    '[model.swap]\nattention = { kind = "sgpa_standard" }\n',
+    "model.swap.attention.kind = 'sgpa_standard'",
+    "use kind = 'sgpa'",
+)
+backbone_case(
+    "LoRA targets matching no module",
+    '[model.prior]\nweights = "lora"\nlora = { targets = ["nonexistent"] }\n',
+    "model.prior.lora.targets",
+    "'nonexistent' matches no linear map",
+)
+backbone_case(
+    "max_len beyond its positions", "", "data.max_len = 100", "64 positions", max_len="100"
+)
+backbone_case("d_model beside it", "d_model = 128\n", "model.d_model = 128", "model.backbone")
+
+
+@case("describe: backbone swap index out of range")
+def _(w: Workspace) -> Expect:
+    model = w.backbone_model("[model.swap]\nlayers = [5]\n")
+    return Expect(["describe", str(model)], (str(model), "model.swap.layers = [5]"))
+
+
+@case("spec/model: backbone without self-attention blocks of a known shape")
+def _(w: Workspace) -> Expect:
+    from transformers import GPT2Config, GPT2Model
+
+    from tests.tiny_backbones import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()  # GPT-2's attention projects with one Conv1D, c_attn
+    config = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=4, n_positions=64)
+    folder = w.root / "gpt2"
+    GPT2Model(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    model = w.backbone_model("[model.swap]\nlayers = [-1]\n", backbone=str(folder))
+    return Expect(w.fit(model), (str(model), "model.swap", "no self-attention blocks"))
+
+
+@case("spec/model: backbone tokenizer larger than its vocabulary")
+def _(w: Workspace) -> Expect:
+    from transformers import AutoModel
+
+    from tests.tiny_backbones import tiny_config
+
+    folder = w.backbone("bert", "tokenizer")  # a tokenizer of 60-odd tokens
+    AutoModel.from_config(tiny_config("bert", vocab_size=10)).save_pretrained(w.root / "small")
+    model = w.backbone_model(backbone=str(w.root / "small"), tokenizer=f'"{folder}"')
+    return Expect(w.fit(model), (str(model), "data.tokenizer", "more than the 10"))
+
+
+@case("spec/model: swap without a backbone")
+def _(w: Workspace) -> Expect:
+    model = w.model("[model.swap]\nlayers = [-1]\n")
+    return Expect(w.fit(model), (str(model), "model.swap", "needs model.backbone"))
+
+
+edited_model_case(
+    "LoRA without a backbone",
+    "model.prior",
+    {"weights": '"lora"'},
+    "model.prior.weights = 'lora'",
+    "needs model.backbone",
+)
+
+
+@case("spec/model: backbone for images given texts")
+def _(w: Workspace) -> Expect:
+    model = w.backbone_model(backbone=str(w.backbone("vit")))
+    return Expect(w.fit(model), (str(model), "model.backbone", "an image model"))
+
+
+def _images(w: Workspace, shape: tuple[int, ...]) -> Path:
+    """An ``.npz`` of 20 images of ``shape`` and their labels."""
+    path = w.root / "images.npz"
+    x = np.random.default_rng(0).random((20, *shape), dtype=np.float32)
+    np.savez(path, x=x, y=np.arange(20) % 2)
+    return path
+
+
+@case("spec/model: backbone for images given images of another number of channels")
+def _(w: Workspace) -> Expect:
+    _images(w, (3, 8, 8))  # the tiny ViT takes one channel
+    data = {"kind": '"image"', "train": '"images.npz"'}
+    model = w.backbone_model(backbone=str(w.backbone("vit")), **data)
+    return Expect(w.fit(model), (str(model), "(3, 8, 8)", "model.backbone"))
+
+
+@case("spec/model: backbone for texts given images")
+def _(w: Workspace) -> Expect:
+    _images(w, (8, 8))
+    model = w.backbone_model(kind='"image"', train='"images.npz"')
+    return Expect(w.fit(model), (str(model), "model.backbone", "a text model"))
+
+
 # ====================================================================== the harness
 def snapshot(root: Path) -> dict[str, bytes | str]:
     """Every folder and file under ``root``: relative path → file bytes, or ``<folder>``."""
@@ -1200,6 +1379,18 @@ def fitted_text_run(tmp_path_factory) -> Path:
     return root / "run"
 
 
+@pytest.fixture(scope="module")
+def tiny_backbones(tmp_path_factory) -> Path:
+    """Tiny pretrained-style models (random weights) saved with ``save_pretrained``: ``bert``
+    (with its tokenizer) and ``vit`` (8×8 images, one channel)."""
+    from tests.tiny_backbones import save_tiny_backbone
+
+    root = tmp_path_factory.mktemp("backbones")
+    for family in ("bert", "vit"):
+        save_tiny_backbone(family, root / family)
+    return root
+
+
 def test_there_are_enough_cases():
     assert len(CASES) + len(ARGPARSE_CASES) >= 60
     assert {name.split(":")[0].split("/")[0] for name in CASES} >= {
@@ -1223,7 +1414,9 @@ def test_bad_input_is_one_error_line_and_changes_nothing(
     expect = CASES[name](w)
     before = snapshot(tmp_path)
     capsys.readouterr()
+    start = time.perf_counter()
     status = main(expect.argv)
+    seconds = time.perf_counter() - start
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     problems = []
@@ -1238,6 +1431,8 @@ def test_bad_input_is_one_error_line_and_changes_nothing(
         problems.append("code pickled in a checkpoint ran")
     if expect.max_chars is not None and len(err.strip()) > expect.max_chars:
         problems.append(f"an error line of {len(err.strip())} characters")
+    if expect.max_seconds is not None and seconds > expect.max_seconds:
+        problems.append(f"{seconds:.1f} s, more than {expect.max_seconds} s")
     problems += disk_changes(before, snapshot(tmp_path))
     assert not problems, "\n".join([*problems, f"stderr: {err}"])
 

@@ -345,3 +345,35 @@ def test_commands_other_than_fit_and_compare_run_on_rank_0_alone(tiny_run):
     assert "Traceback" not in child.stderr and "error" not in child.stderr.lower()
     assert child.stdout.count("re-evaluated") == 1
     assert (tiny_run / "metrics.json").read_bytes() != before
+
+
+def test_two_processes_fit_a_pretrained_backbone_into_one_run_folder(tmp_path):
+    """``torchrun --nproc_per_node 2`` (gloo) fine-tunes a tiny BERT with H-STO swapped into its
+    top block and LoRA adapters under a mean-field guide, and writes one complete run folder
+    that keeps the backbone's config."""
+    from tests.tiny_backbones import TEXTS, save_tiny_backbone
+
+    save_tiny_backbone("bert", tmp_path / "bert")
+    rows = [(text, int(any(w in text for w in ("dull", "worst", "bad")))) for text in TEXTS]
+    (tmp_path / "train.csv").write_text(
+        "text,label\n" + "".join(f'"{t}",{y}\n' for t, y in rows * 8)
+    )
+    model = tmp_path / "bert_h_sto.toml"
+    model.write_text(
+        '[data]\ntrain = "train.csv"\nkind = "text"\nmax_len = 32\n\n'
+        '[model]\nbackbone = "bert"\npooling = "cls"\n\n'
+        '[model.swap]\nlayers = [-1]\nattention = { kind = "h_sto" }\n\n'
+        '[model.prior]\nweights = "lora"\nlora = { r = 2, alpha = 4 }\n'
+    )
+    inference = inference_file(tmp_path, "normal.toml", NORMAL)
+    out = tmp_path / "run"
+    child = torchrun("-m", "probtrans", *fit_command(model, inference, out))
+    assert child.returncode == 0, child.stderr
+    assert RUN_FOLDER | {"backbone", "tokenizer.json"} <= {p.name for p in out.iterdir()}
+    assert (out / "backbone" / "config.json").is_file()
+    assert not out.with_name("run.partial").exists()
+    history = json.loads((out / "history.json").read_text())
+    assert all(np.isfinite(epoch["elbo"]) for epoch in history)
+    state = load_checkpoint(out / "checkpoint.pt")
+    sites = [name for name in state["guide_state"] if "lora_a" in name]
+    assert sites, sorted(state["guide_state"])

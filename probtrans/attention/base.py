@@ -133,6 +133,11 @@ class MultiHeadAttention(PyroModule):
         that map more than the tokens to keys) → (B, H, L, d_head)."""
         return self.attend(q, k, v, key_mask)
 
+    def start_from(self, tokens: Tensor, key_map: nn.Module) -> None:
+        """Initial values from a pretrained block: the tokens (N, D) it receives and its key
+        projection. Kinds with parameters of their own (centroids, inducing locations) take
+        them from there; the rest keep theirs."""
+
     def site(self, name: str) -> str:
         """The model-wide name of this layer's site ``name``: its module path and ``name``, as
         Pyro names a ``PyroSample`` attribute."""

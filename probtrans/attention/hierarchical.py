@@ -52,6 +52,17 @@ class HierarchicalStochasticAttention(MultiHeadAttention):
             shape = (n_heads, *shape)
         self.centroids = nn.Parameter(torch.randn(shape) * self.d_head**-0.5)
 
+    def start_from(self, tokens: Tensor, key_map: nn.Module) -> None:
+        """Centroids from the pretrained keys: the keys of ``c`` tokens drawn at random (one
+        head's keys, of a random head, for a matrix shared by the layer's heads)."""
+        keys = key_map(tokens).unflatten(-1, (self.n_heads, self.d_head))  # (N, H, d)
+        c = self.centroids.shape[-1]
+        rows = torch.randint(len(keys), (self.n_heads, c), device=keys.device)
+        picked = keys[rows, torch.arange(self.n_heads, device=keys.device)[:, None]]  # (H, c, d)
+        if self.centroids.dim() == 2:  # shared: one head
+            picked = picked[int(torch.randint(self.n_heads, ()))]
+        self.centroids.data.copy_(picked.transpose(-1, -2))
+
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None) -> Tensor:
         C = self.centroids  # (d_h, c) or (H, d_h, c); broadcasts over (B, H)
         fused = fused_attention_enabled() and not self.hard

@@ -142,6 +142,12 @@ class SGPAttention(KernelAttention):
         self.register_buffer("prior_scale_tril", torch.eye(opts.n_inducing), persistent=False)
         self.u_g = PyroSample(whitened_prior)
 
+    def start_from(self, tokens: Tensor, key_map: nn.Module) -> None:
+        """Inducing locations Z_g from the pretrained tokens: M_g tokens drawn at random per
+        head, so that the global keys start among the keys of real tokens."""
+        rows = torch.randint(len(tokens), self.z_g.shape[:2], device=tokens.device)
+        self.z_g.data.copy_(tokens[rows])
+
     def global_keys(self, key_map: nn.Module | None = None) -> Tensor:
         """k_g = G(Z_g) W_qk^h for every head: (H, M_g, d_head); in a pretrained block
         W_qk is its key projection ``key_map`` (with its bias)."""

@@ -23,6 +23,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from probtrans.attention import ATTENTION
@@ -220,3 +221,33 @@ def swap_attention(
     for your own SVI (``probtrans.swap_attention``)."""
     swap_blocks(model, layers, attention, field="swap_attention", **options)
     return PyroBackbone(model)
+
+
+@torch.no_grad()
+def start_from_pretrained(model: nn.Module, **inputs: Tensor) -> None:
+    """Give the swapped layers of ``model`` initial values from the pretrained model itself
+    (:meth:`~probtrans.attention.base.MultiHeadAttention.start_from`: H-STO's centroids from
+    its keys, SGPA's inducing locations from its tokens): ``model(**inputs)`` runs once with
+    its own attention, and each swapped block's input tokens are given to its layer."""
+    swapped = [b for b in attention_blocks(model) if LAYER in b.module._modules]
+    seen: dict[nn.Module, Tensor] = {}
+
+    def keep(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        seen[module] = args[0] if args else kwargs["hidden_states"]
+
+    hooks = [b.module.register_forward_pre_hook(keep, with_kwargs=True) for b in swapped]
+    was_training = model.training
+    try:
+        model.eval()
+        model.set_attn_implementation("sdpa")
+        model(**inputs)
+    finally:
+        model.set_attn_implementation(IMPLEMENTATION)
+        model.train(was_training)
+        for hook in hooks:
+            hook.remove()
+    mask = inputs.get("attention_mask")
+    for block in swapped:
+        hidden = seen[block.module]  # (B, L, D)
+        tokens = hidden[mask.bool()] if mask is not None else hidden.flatten(0, 1)
+        block.module._modules[LAYER].start_from(tokens, block.key_map)

@@ -320,6 +320,7 @@ class DataBundle:
         val_fraction: float = _DEFAULTS.val_fraction,
         test_fraction: float = _DEFAULTS.test_fraction,
         seed: int = 0,
+        tokenizer: str | None = None,
     ) -> DataBundle:
         """A bundle of labelled texts in memory, each split a ``(texts, labels)`` pair.
 
@@ -334,8 +335,9 @@ class DataBundle:
         The word-level tokenizer (:mod:`probtrans.data.tokenizer`) is learned on the training
         texts only, with ``max_len``, ``vocab_size`` and ``min_freq`` as in a model spec's
         ``[data]`` table (defaults from :class:`~probtrans.specs.DataSpec`). The bundle's
-        ``encode`` and ``decode`` use it. Raises ProbtransError naming the argument of the first
-        problem.
+        ``encode`` and ``decode`` use it; ``tokenizer`` (a folder written by ``save_pretrained``
+        or ``hf:ID``, as ``data.tokenizer``) is a pretrained one used instead. Raises
+        ProbtransError naming the argument of the first problem.
         """
         where = "DataBundle.from_texts"
         spec = parse(
@@ -346,6 +348,7 @@ class DataBundle:
                 "max_len": max_len,
                 "vocab_size": vocab_size,
                 "min_freq": min_freq,
+                "tokenizer": tokenizer,
             },
             where,
         )

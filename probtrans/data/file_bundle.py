@@ -65,6 +65,7 @@ def load_file_bundle(spec: DataSpec, base: Path | None = None) -> DataBundle:
             vocab_size=spec.vocab_size,
             min_freq=spec.min_freq,
             name=name,
+            tokenizer=spec.tokenizer,
             **fractions,
         )
     else:

@@ -1,0 +1,426 @@
+"""Pretrained Hugging Face backbones (:mod:`probtrans.backbone`, :mod:`probtrans.hub`): swapped
+attention against the unmodified model, STO / Gaussian-mixture / SGPA in pretrained blocks, LoRA
+guides with a frozen backbone, run folders that rebuild offline, the backbone's tokenizer. The
+backbones are the tiny random models of :mod:`tests.tiny_backbones`."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from pyro import poutine
+from pyro.nn import PyroModule
+from tokenizers import Tokenizer
+
+import probtrans
+from probtrans.backbone.swap import attention_blocks, swap_blocks
+from probtrans.data import load_data
+from probtrans.describe import site_table
+from probtrans.errors import ConfigError
+from probtrans.model import BackboneClassifier, build_classifier
+from probtrans.resolve import load_model_spec, spec_folder, with_local_backbone
+from tests.conftest import tiny_inference
+from tests.tiny_backbones import TEXT_FAMILIES, TEXTS, save_tiny_backbone
+
+FAMILIES = (*TEXT_FAMILIES, "vit")
+#: texts of different lengths, so that a batch of them is padded
+PADDED_TEXTS = ["the film was wonderful and the actors were great", "bad", "a dull movie"]
+#: the swapped top block of the tiny BERT, as its sites are named in a classifier
+TOP = "backbone.encoder.layer.1.attention.self"
+
+
+@pytest.fixture(scope="module")
+def backbones(tmp_path_factory):
+    """family → the folder of its tiny pretrained model (written once per module)."""
+    root = tmp_path_factory.mktemp("backbones")
+    return {family: save_tiny_backbone(family, root / family) for family in FAMILIES}
+
+
+def model_inputs(family: str, folder: Path) -> dict[str, torch.Tensor]:
+    """The inputs of the Hugging Face model: a padded batch of texts (its own tokenizer) or
+    three random 1×8×8 images."""
+    if family == "vit":
+        return {"pixel_values": torch.randn(3, 1, 8, 8, generator=torch.Generator().manual_seed(0))}
+    from transformers import AutoTokenizer
+
+    batch = AutoTokenizer.from_pretrained(folder)(PADDED_TEXTS, padding=True, return_tensors="pt")
+    assert not batch["attention_mask"].bool().all()  # some padding
+    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+
+
+def pretrained(folder: Path) -> torch.nn.Module:
+    from transformers import AutoModel
+
+    return AutoModel.from_pretrained(folder).eval()
+
+
+def count_calls(blocks) -> list[int]:
+    """Wrap ``attend_projected`` of the swapped layers of ``blocks``: the returned list grows
+    by one per call."""
+    calls: list[int] = []
+    for block in blocks:
+        layer = block.module.attn
+        original = layer.attend_projected
+
+        def counted(*args, original=original):
+            calls.append(1)
+            return original(*args)
+
+        layer.attend_projected = counted
+    return calls
+
+
+def write_data(folder: Path, image: bool = False) -> str:
+    """A small labelled data file in ``folder``: 60 texts of :data:`TEXTS` (label: the text's
+    index mod 2) or 40 random 1×8×8 images; returns its name."""
+    if image:
+        generator = np.random.default_rng(0)
+        x = generator.normal(size=(40, 1, 8, 8)).astype(np.float32)
+        np.savez(folder / "train.npz", x=x, y=np.arange(40) % 2)
+        return "train.npz"
+    rows = [f'"{TEXTS[i % len(TEXTS)]}",{i % 2}' for i in range(60)]
+    (folder / "train.csv").write_text("text,label\n" + "\n".join(rows) + "\n")
+    return "train.csv"
+
+
+def write_spec(folder: Path, backbone: Path, tables: str = "", image: bool = False) -> Path:
+    """A model spec in ``folder`` over :func:`write_data`'s file and the backbone folder,
+    ``tables`` appended after its ``[model]`` table (no dropout)."""
+    kind = "image" if image else "text"
+    text = (
+        f'[data]\ntrain = "{write_data(folder, image)}"\nkind = "{kind}"\nmax_len = 16\n\n'
+        f'[model]\nbackbone = "{backbone}"\ndropout = 0.0\n{tables}'
+    )
+    path = folder / "model.toml"
+    path.write_text(text)
+    return path
+
+
+def fit(tmp_path: Path, model: Path, guide: str, name: str = "run") -> probtrans.Run:
+    """One epoch of the project's inference spec ``guide`` (tiny budget) into ``tmp_path/name``."""
+    inference = tiny_inference(tmp_path / "inference", guide)
+    return probtrans.fit(model, inference, out=tmp_path / name, epochs=1, progress=False)
+
+
+def elbos(run_dir: Path) -> list[float]:
+    return [epoch["elbo"] for epoch in json.loads((run_dir / "history.json").read_text())]
+
+
+@pytest.fixture(autouse=True)
+def _inference_folder(tmp_path):
+    (tmp_path / "inference").mkdir()
+
+
+# ------------------------------------------------------------------ swapped = the pretrained model
+
+
+@pytest.mark.parametrize("layers", ["all", [-1]], ids=["all_layers", "top_layer"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_softmax_swapped_in_gives_the_pretrained_outputs(backbones, family, layers):
+    folder = backbones[family]
+    reference, swapped = pretrained(folder), pretrained(folder)
+    blocks = swap_blocks(swapped, layers, "softmax")
+    assert len(blocks) == (2 if layers == "all" else 1)
+    calls = count_calls(blocks)
+    inputs = model_inputs(family, folder)
+    with torch.no_grad():
+        expected = reference(**inputs).last_hidden_state
+        given = swapped(**inputs).last_hidden_state
+    assert len(calls) == len(blocks)  # the probtrans layers did the attention
+    assert swapped.config._attn_implementation == "probtrans"
+    torch.testing.assert_close(given, expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_gaussian_mixture_in_the_beta_to_zero_limit_gives_the_pretrained_outputs(backbones, family):
+    folder = backbones[family]
+    reference, swapped = pretrained(folder), pretrained(folder)
+    blocks = swap_blocks(swapped, "all", "gaussian_mixture")  # β → 0, α = 1/√d_head
+    calls = count_calls(blocks)
+    inputs = model_inputs(family, folder)
+    with torch.no_grad():
+        expected = reference(**inputs).last_hidden_state
+        given = swapped(**inputs).last_hidden_state
+    assert len(calls) == 2
+    torch.testing.assert_close(given, expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_backbone_classifier_logits_are_its_head_on_the_pooled_pretrained_output(
+    tmp_path, backbones, family
+):
+    image = family == "vit"
+    path = write_spec(tmp_path, backbones[family], "[model.prior]\nweights = 'none'\n", image)
+    spec = with_local_backbone(load_model_spec(path))
+    data = load_data(spec.data, spec_folder(spec))
+    classifier = build_classifier(spec, data).eval()
+    assert isinstance(classifier, BackboneClassifier)
+    _, inputs, mask, _ = next(data.train.batches(8))
+    reference = pretrained(backbones[family])
+    with torch.no_grad():
+        logits = classifier(inputs, mask)
+        if image:
+            pooled = reference(pixel_values=inputs).last_hidden_state.mean(1)
+        else:
+            assert not mask.all()  # a padded batch: mean over the real tokens only
+            hidden = reference(input_ids=inputs, attention_mask=mask).last_hidden_state
+            weights = mask.unsqueeze(-1).float()
+            pooled = (hidden * weights).sum(1) / weights.sum(1)
+        expected = classifier.head(pooled)
+    torch.testing.assert_close(logits, expected, rtol=0, atol=1e-5)
+
+
+# ------------------------------------------------------------------ stochastic attention
+
+
+def sto_classifier(tmp_path: Path, folder: Path, sharpen: float) -> tuple[BackboneClassifier, dict]:
+    """A classifier whose top block is STO-TRANS attention, hard, τ → 0, its pretrained query
+    map multiplied by ``sharpen``; and the dict its layer fills with q, k and the key mask."""
+    tables = "[model.swap]\nlayers = [-1]\nattention = { kind = 'sto', hard = true, tau = 1e-6 }\n"
+    spec = with_local_backbone(load_model_spec(write_spec(tmp_path, folder, tables)))
+    classifier = build_classifier(spec, load_data(spec.data, spec_folder(spec))).eval()
+    block = classifier.backbone.encoder.layer[1].attention.self
+    with torch.no_grad():
+        block.query.weight.mul_(sharpen)
+        block.query.bias.mul_(sharpen)
+    seen: dict = {}
+    original = block.attn.attend_projected
+
+    def keep(q, k, v, key_mask, key_map):
+        seen.update(q=q, k=k, key_mask=key_mask)
+        return original(q, k, v, key_mask, key_map)
+
+    block.attn.attend_projected = keep
+    return classifier, seen
+
+
+def sampled_attention(classifier: BackboneClassifier, seen: dict, ids, mask):
+    """The traced one-hot â_v (B, H, L, L) of the top block and its logits q kᵀ (padding keys
+    −∞)."""
+    with torch.no_grad():
+        trace = poutine.trace(classifier).get_trace(ids, mask)
+    a_v = trace.nodes[f"{TOP}.attn.a_v"]["value"]
+    logits = seen["q"] @ seen["k"].transpose(-1, -2)
+    return a_v, logits.masked_fill(~seen["key_mask"][:, None, None, :], -math.inf)
+
+
+def text_batch(folder: Path, repeats: int = 5):
+    from transformers import AutoTokenizer
+
+    batch = AutoTokenizer.from_pretrained(folder)(
+        TEXTS * repeats, padding=True, return_tensors="pt"
+    )
+    return batch["input_ids"], batch["attention_mask"].bool()
+
+
+def test_hard_sto_at_zero_temperature_picks_the_argmax_of_peaked_pretrained_logits(
+    tmp_path, backbones
+):
+    """At τ → 0 a hard sample is one-hot on argmax(q kᵀ + Gumbel noise): the argmax of the
+    pretrained logits wherever they are peaked. The tiny random model's logits are nearly
+    flat (some rows' top two differ by 1e-5), so its query map is scaled up by 1e5, until the
+    expected share of rows whose draw is not the argmax, mean(1 − max softmax(q kᵀ)), is
+    below 0.3 %."""
+    classifier, seen = sto_classifier(tmp_path, backbones["bert"], sharpen=1e5)
+    ids, mask = text_batch(backbones["bert"])
+    a_v, logits = sampled_attention(classifier, seen, ids, mask)
+    rows = mask[:, None, :].expand(a_v.shape[:-1])  # the rows of real query tokens
+    assert a_v.shape == logits.shape == (len(ids), 4, ids.shape[1], ids.shape[1])
+    assert set(a_v.unique().tolist()) == {0.0, 1.0}  # one-hot rows
+    assert torch.equal(a_v.sum(-1), torch.ones_like(a_v.sum(-1)))
+    assert not a_v[~mask[:, None, None, :].expand_as(a_v)].any()  # never a padding key
+    peaked = 1 - logits.softmax(-1).amax(-1)[rows].mean()
+    assert peaked < 0.003  # the expected share of non-argmax picks
+    agree = (a_v.argmax(-1) == logits.argmax(-1))[rows].float().mean()
+    assert agree >= 0.99
+
+
+def test_hard_sto_at_zero_temperature_samples_the_softmax_of_the_pretrained_logits(
+    tmp_path, backbones
+):
+    """With logits of order 1, the one-hot draws are the categorical softmax(q kᵀ) (the
+    Gumbel-max trick), not its argmax: their mean over draws is softmax(q kᵀ)."""
+    classifier, seen = sto_classifier(tmp_path, backbones["bert"], sharpen=40.0)
+    ids, mask = text_batch(backbones["bert"], repeats=1)
+    draws, logits = [], None
+    for seed in range(300):
+        torch.manual_seed(seed)
+        a_v, logits = sampled_attention(classifier, seen, ids, mask)
+        draws.append(a_v)
+    frequencies = torch.stack(draws).mean(0)
+    probs = logits.softmax(-1)
+    rows = mask[:, None, :].expand(probs.shape[:-1])
+    assert 0.2 < (1 - probs.amax(-1)[rows]).mean() < 0.8  # neither peaked nor uniform
+    assert (frequencies - probs)[rows].abs().max() < 0.12  # 300 draws: σ ≤ 0.03
+    assert (frequencies - probs)[rows].abs().mean() < 0.02
+
+
+# ------------------------------------------------------------------ SGPA in a backbone
+
+
+def test_sgpa_in_the_top_block_trains_and_describe_names_its_sites(tmp_path, backbones):
+    tables = "[model.swap]\nlayers = [-1]\nattention = { kind = 'sgpa', n_inducing = 4 }\n"
+    path = write_spec(tmp_path, backbones["bert"], tables)
+    run = fit(tmp_path, path, "sgpa")
+    history = elbos(run.path)
+    assert len(history) == 1 and np.isfinite(history).all()
+    rows = {row["site"]: row for row in site_table(load_model_spec(path))}
+    assert rows[f"{TOP}.attn.u_g"]["role"] == "global"
+    assert rows[f"{TOP}.attn.u_g"]["event_shape"] == str((4, 8, 4))  # heads, d_head, M_g
+    assert rows[f"{TOP}.attn.f"]["role"] == "local (per example)"
+    assert not any(".layer.0." in site for site in rows)  # only the top block is swapped
+
+
+def test_standard_sgpa_is_refused_in_a_backbone(tmp_path, backbones):
+    tables = "[model.swap]\nattention = { kind = 'sgpa_standard' }\n"
+    path = write_spec(tmp_path, backbones["bert"], tables)
+    with pytest.raises(ConfigError, match="cannot be placed in a backbone") as refused:
+        fit(tmp_path, path, "map")
+    assert "model.swap.attention.kind = 'sgpa_standard'" in str(refused.value)
+
+
+# ------------------------------------------------------------------ LoRA
+
+LORA = """
+[model.swap]
+layers = [-1]
+attention = { kind = "h_sto" }
+
+[model.prior]
+weights = "lora"
+lora = { r = 2, alpha = 4, targets = ["query", "value"] }
+"""
+
+
+def test_describe_lists_the_adapter_sites_and_the_head(tmp_path, backbones):
+    rows = {
+        row["site"]: row
+        for row in site_table(load_model_spec(write_spec(tmp_path, backbones["bert"], LORA)))
+    }
+    for layer in (0, 1):
+        for target in ("query", "value"):
+            for factor in ("lora_a", "lora_b"):
+                site = f"backbone.encoder.layer.{layer}.attention.self.{target}.{factor}"
+                assert rows[site]["role"] == "global", site
+        assert f"backbone.encoder.layer.{layer}.attention.self.key.lora_a" not in rows
+    assert rows[f"{TOP}.query.lora_a"]["event_shape"] == str((2, 32))  # (r, d_in)
+    assert rows[f"{TOP}.value.lora_b"]["event_shape"] == str((32, 2))  # (d_out, r)
+    assert rows["head.weight"]["role"] == rows["head.bias"]["role"] == "global"
+    assert rows[f"{TOP}.attn.a_v"]["role"] == "local (per example)"
+
+
+@pytest.mark.parametrize("guide", ["map", "mfvi", "lowrank"])
+def test_lora_guides_train_and_leave_the_pretrained_weights_unchanged(tmp_path, backbones, guide):
+    folder = backbones["bert"]
+    run = fit(tmp_path, write_spec(tmp_path, folder, LORA), guide)
+    history = elbos(run.path)
+    assert len(history) == 1 and np.isfinite(history).all()
+    draw = run.posterior_samples(1)
+    assert draw[f"{TOP}.value.lora_b"].abs().max() > 0  # B starts at 0: the adapters moved
+
+    saved = torch.load(run.path / "checkpoint.pt", weights_only=True)["model_state"]
+    checked = set()
+    for key, value in pretrained(folder).state_dict().items():
+        module, _, name = key.rpartition(".")
+        if module.rpartition(".")[2] in ("query", "value"):  # LoRALinear keeps it as .base
+            module += ".base"
+        mapped = f"backbone.{module}.{name}"
+        assert torch.equal(saved[mapped], value), mapped
+        checked.add(mapped)
+    frozen = {k for k in saved if k.startswith("backbone.") and ".attn." not in k}
+    assert frozen == checked  # every backbone weight but the swapped layer's own
+    assert f"{TOP}.attn.centroids" in saved
+
+
+# ------------------------------------------------------------------ run folders
+
+
+def test_a_copied_run_folder_predicts_offline_without_the_backbone_folder(tmp_path, monkeypatch):
+    folder = save_tiny_backbone("bert", tmp_path / "bert")
+    run = fit(tmp_path, write_spec(tmp_path, folder, LORA), "mfvi")
+    texts = ["a wonderful film", "the worst plot", "bad acting and a dull ending"]
+    expected = probtrans.Run.load(run.path).predict(texts, samples=3, seed=1)
+
+    folder.rename(tmp_path / "moved_away")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty_hf_home"))
+    copy = shutil.copytree(run.path, tmp_path / "elsewhere" / "run")
+    shutil.rmtree(run.path)
+    given = probtrans.Run.load(copy).predict(texts, samples=3, seed=1)
+    assert (copy / "backbone" / "config.json").is_file()
+    assert given.keys() == expected.keys()
+    for column, values in expected.items():
+        if values.dtype.kind == "f":
+            np.testing.assert_allclose(given[column], values, rtol=0, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(given[column], values)
+    assert not np.allclose(given["p_0"], given["p_0"][0])  # the texts get different answers
+
+
+# ------------------------------------------------------------------ the backbone's tokenizer
+
+
+def test_runs_keep_the_backbone_tokenizer_and_roberta_padding_masks(tmp_path, backbones):
+    from transformers import AutoTokenizer
+
+    folder = backbones["roberta"]
+    reference = AutoTokenizer.from_pretrained(folder)
+    assert reference.pad_token_id == 1
+    run = fit(tmp_path, write_spec(tmp_path, folder, "[model.prior]\nweights = 'none'\n"), "map")
+    info = json.loads((run.path / "data.json").read_text())
+    assert info["vocab_size"] == len(reference)
+    kept = Tokenizer.from_file(str(run.path / "tokenizer.json"))
+    assert kept.get_vocab_size() == len(reference)
+    for text in TEXTS:
+        assert kept.encode(text).ids == reference(text)["input_ids"]
+
+    ids, mask = run.data.train.inputs, run.data.train.mask
+    lengths = torch.tensor([len(reference(t)["input_ids"]) for t in TEXTS])
+    assert lengths.min() < ids.shape[1]  # some rows are padded
+    padding = torch.arange(ids.shape[1]) >= mask.sum(1, keepdim=True)
+    assert torch.equal(mask, ~padding)  # real tokens first, then padding only
+    assert (ids[padding] == 1).all() and (ids[mask] != 1).all()
+    assert (ids[:, 0] == reference.cls_token_id).all() and mask[:, 0].all()  # <s> is id 0
+    new_ids, new_mask = probtrans.Run.load(run.path).data.encode(["bad", TEXTS[0]])
+    short = len(reference("bad")["input_ids"])  # <s> bad </s>, then padding
+    assert new_ids.shape[1] == len(reference(TEXTS[0])["input_ids"]) > short
+    assert torch.equal(new_mask[0], torch.arange(new_ids.shape[1]) < short)
+    assert new_mask[1].all() and (new_ids[0, short:] == 1).all()
+
+
+# ------------------------------------------------------------------ your own Pyro model
+
+
+def test_swap_attention_gives_a_pyro_module_for_your_own_model(backbones):
+    folder = backbones["bert"]
+    hf_model = pretrained(folder)
+
+    class Mine(PyroModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.enc = probtrans.swap_attention(hf_model, layers=[-1], attention="h_sto")
+
+        def forward(self, **inputs):
+            return self.enc(**inputs).last_hidden_state
+
+    mine = Mine()
+    assert isinstance(mine.enc, PyroModule)
+    inputs = model_inputs("bert", folder)
+    trace = poutine.trace(mine).get_trace(**inputs)
+    sites = [name for name, site in trace.nodes.items() if site["type"] == "sample"]
+    assert "enc.model.encoder.layer.1.attention.self.attn.a_v" in sites
+    assert "enc.model.encoder.layer.1.attention.self.attn.a_c" in sites
+    assert not any(".layer.0." in site for site in sites)
+    owned = {id(p) for p in mine.parameters()}
+    assert all(id(p) in owned for p in hf_model.parameters())
+    assert [b.path for b in attention_blocks(hf_model) if "attn" in b.module._modules] == [
+        "encoder.layer.1.attention.self"
+    ]
+    out = trace.nodes["_RETURN"]["value"]
+    out.sum().backward()  # gradients reach the pretrained weights through the swapped block
+    assert hf_model.encoder.layer[1].attention.self.query.weight.grad.abs().sum() > 0
