@@ -95,7 +95,7 @@ def key_padding(mask: Tensor | None) -> Tensor | None:
     a boolean mask (True: attend) or an additive one (0: attend)."""
     if mask is None:
         return None
-    allowed = mask if mask.dtype.is_floating_point is False else mask > mask.new_tensor(-1.0)
+    allowed = mask > -1.0 if mask.dtype.is_floating_point else mask
     return allowed.any(dim=1).any(dim=1)
 
 
@@ -124,7 +124,7 @@ def probtrans_attention(
 
 
 def register_implementation() -> None:
-    """Add :func:`probtrans_attention` to Hugging Face's registries (once)."""
+    """Add :func:`probtrans_attention` to Hugging Face's registries (again is harmless)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
