@@ -16,6 +16,8 @@ per-data-set objective with the likelihood scaled by N / B.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +31,7 @@ from torch import Tensor, nn
 
 from probtrans.attention import MultiHeadAttention
 from probtrans.backbone.lora import FACTORS, add_lora
-from probtrans.backbone.swap import start_from_pretrained, swap_blocks
+from probtrans.backbone.swap import sampled_blocks, start_from_pretrained, swap_blocks
 from probtrans.contract import full_precision, local_params
 from probtrans.data import DataBundle
 from probtrans.encoder import Encoder
@@ -312,6 +314,16 @@ class BackboneClassifier(PyroClassifier, DeepPyroModule):
                 self.put_prior(adapter, name, f"backbone.{path}.{name}", prior.scale)
         if prior.weights in ("lora", "last_layer"):
             self.put_priors(self.head, "head.", prior.scale)
+
+    @contextmanager
+    def sampled_attention(self, layers: list[int] | str, tau: float) -> Iterator[None]:
+        """Inside the block, the backbone's blocks ``layers`` sample their weights (STO at
+        ``tau`` × √d_head over their trained logits, :func:`~probtrans.backbone.swap.
+        sampled_blocks`), their sites named as those of swapped blocks: the post-hoc
+        stochastic-attention predictive."""
+        with sampled_blocks(self.backbone, layers, tau):
+            self.attach_deep()
+            yield
 
     def encode(self, inputs: Tensor, mask: Tensor | None = None) -> Tensor:
         """inputs: images (B, C, H, W), resized (bilinear) to the backbone's image size, or

@@ -424,3 +424,56 @@ def test_swap_attention_gives_a_pyro_module_for_your_own_model(backbones):
     out = trace.nodes["_RETURN"]["value"]
     out.sum().backward()  # gradients reach the pretrained weights through the swapped block
     assert hf_model.encoder.layer[1].attention.self.query.weight.grad.abs().sum() > 0
+
+
+# ------------------------------------------------------------------ post-hoc stochastic attention
+
+
+def test_posthoc_stochastic_attention_samples_inside_and_leaves_the_model_as_it_was(
+    tmp_path, backbones
+):
+    """Inside ``sampled_attention`` the top block of an unswapped backbone samples its weights
+    (an STO site of one-hot-like rows); afterwards the model, its attention setting and its
+    outputs are exactly as before."""
+    spec = with_local_backbone(load_model_spec(write_spec(tmp_path, backbones["bert"])))
+    data = load_data(spec.data, spec_folder(spec))
+    classifier = build_classifier(spec, data).eval()
+    block = classifier.backbone.encoder.layer[1].attention.self
+    _, ids, mask, _ = next(data.train.batches(6))
+    with torch.no_grad():
+        before = classifier(ids, mask)
+        with classifier.sampled_attention([-1], tau=1.0):
+            assert classifier.backbone.config._attn_implementation == "probtrans"
+            draws = [poutine.trace(classifier).get_trace(ids, mask) for _ in range(2)]
+        after = classifier(ids, mask)
+    a_v = [trace.nodes[f"{TOP}.attn.a_v"]["value"] for trace in draws]
+    assert a_v[0].shape == (6, 4, ids.shape[1], ids.shape[1])
+    assert not torch.equal(a_v[0], a_v[1])  # sampled
+    torch.testing.assert_close(a_v[0].sum(-1), torch.ones(a_v[0].shape[:-1]))
+    sampled = [site for site in draws[0].nodes if site.endswith(".a_v")]
+    assert sampled == [f"{TOP}.attn.a_v"]  # the top block only
+    assert "attn" not in block._modules
+    assert classifier.backbone.config._attn_implementation == "sdpa"
+    torch.testing.assert_close(after, before, rtol=0, atol=0)
+
+
+def test_posthoc_stochastic_attention_is_a_variant_of_a_backbone_run(tmp_path, backbones, capfd):
+    """``posthoc = ["stochastic_attention"]`` picks τ on the validation NLL (said on stderr)
+    and writes its metrics beside the plain ones; a model trained here is refused before any
+    training."""
+    inference = tiny_inference(tmp_path / "inference", "map")
+    options = "[predictive]\nposthoc = ['stochastic_attention']\nstochastic_taus = [0.5, 2.0]"
+    text = inference.read_text().replace("[predictive]", options)
+    inference.write_text(text)
+    model = write_spec(tmp_path, backbones["bert"])
+    run = probtrans.fit(model, inference, out=tmp_path / "run", epochs=1, progress=False)
+    assert "stochastic_attention: tau = " in capfd.readouterr().err
+    metrics = run.metrics
+    for key in ("stochastic_attention.nll", "stochastic_attention.ece", "nll"):
+        assert math.isfinite(metrics[key]), key
+    from tests.conftest import TINY_MODEL
+
+    (tmp_path / "tiny.toml").write_text(TINY_MODEL)
+    with pytest.raises(ConfigError, match="stochastic_attention': needs a model.backbone"):
+        probtrans.fit(tmp_path / "tiny.toml", inference, out=tmp_path / "no", progress=False)
+    assert not (tmp_path / "no").exists() and not (tmp_path / "no.partial").exists()

@@ -20,6 +20,8 @@ is not applied).
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -251,3 +253,33 @@ def start_from_pretrained(model: nn.Module, **inputs: Tensor) -> None:
         hidden = seen[block.module]  # (B, L, D)
         tokens = hidden[mask.bool()] if mask is not None else hidden.flatten(0, 1)
         block.module._modules[LAYER].start_from(tokens, block.key_map)
+
+
+@contextmanager
+def sampled_blocks(model: nn.Module, layers: list[int] | str, tau: float) -> Iterator[None]:
+    """Inside the block, the blocks ``layers`` of the Hugging Face ``model`` form their weights
+    as STO samples (Pei et al. 2022, Eq. 9–11: relaxed one-hot over their own logits q kᵀ) at
+    temperature ``tau`` × √d_head, whatever they held before; afterwards the model is as it was.
+    The post-hoc stochastic-attention predictive of a trained (or untouched) model."""
+    field = "predictive.stochastic_layers"
+    chosen = layers if layers == "all" else list(layers)
+    blocks = chosen_blocks(attention_blocks(model), chosen, field)
+    before = {block.path: block.module._modules.get(LAYER) for block in blocks}
+    implementation = model.config._attn_implementation
+    heads = getattr(model.config, "num_attention_heads", None) or model.config.n_heads
+    try:
+        for block in blocks:
+            width = linear(block.key_map).out_features
+            scale = tau * (width // heads) ** 0.5
+            layer = make_attention("sto", width, heads, projections=False, tau=scale)
+            block.module._modules[LAYER] = layer.to(linear(block.key_map).weight.device)
+        register_implementation()
+        model.set_attn_implementation(IMPLEMENTATION)
+        yield
+    finally:
+        for block in blocks:
+            if before[block.path] is None:
+                del block.module._modules[LAYER]
+            else:
+                block.module._modules[LAYER] = before[block.path]
+        model.set_attn_implementation(implementation)

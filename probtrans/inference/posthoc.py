@@ -8,13 +8,17 @@ and in-domain test splits and every out-of-domain set (:meth:`DataBundle.splits`
   papers;
 - ``laplace``: the last-layer Laplace approximation around the trained head
   (:mod:`probtrans.inference.laplace`; Daxberger et al. 2021), the SGPA paper's KFLLLA baseline
-  and SNGP's posterior.
+  and SNGP's posterior;
+- ``stochastic_attention`` (a pretrained backbone): the blocks ``stochastic_layers`` sample
+  their attention weights as STO does (Pei et al. 2022, Eq. 9–11) over their trained logits,
+  at the temperature of ``stochastic_taus`` with the lowest validation NLL; no training.
 
 The variants asked for are the inference spec's ``[predictive] posthoc``.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -23,14 +27,25 @@ import torch
 from torch import Tensor
 
 from probtrans.data import DataBundle
-from probtrans.errors import ProbtransError
+from probtrans.errors import ConfigError, ProbtransError
 from probtrans.inference.laplace import LastLayerLaplace
 from probtrans.inference.predictive import sample_predictive
-from probtrans.model import Classifier
+from probtrans.metrics import nll
+from probtrans.model import BackboneClassifier, Classifier
 from probtrans.specs import PredictiveSpec
 
 Probs = dict[str, dict[str, np.ndarray]]  # variant → split → (S, N, C)
 Energy = dict[str, dict[str, np.ndarray]]  # variant → split → (N,) mean free energy
+
+
+def check_posthoc(classifier: Classifier, spec: PredictiveSpec) -> None:
+    """Refuse, before any training, a variant that ``classifier`` cannot give."""
+    if "stochastic_attention" in spec.posthoc and not isinstance(classifier, BackboneClassifier):
+        raise ConfigError(
+            "predictive.posthoc = 'stochastic_attention': needs a model.backbone (it samples "
+            "the attention weights of a pretrained model's blocks); a model trained here gets "
+            "stochastic attention from model.attention"
+        )
 
 
 def needs_training_split(spec: PredictiveSpec) -> bool:
@@ -77,6 +92,11 @@ def posterior_predictives(
     outputs = {"plain": {split: on(split, extra_sites=extra) for split in splits}}
     if "mc_dropout" in spec.posthoc:
         outputs["mc_dropout"] = {split: on(split, mc_dropout=True) for split in splits}
+    if "stochastic_attention" in spec.posthoc:
+        check_posthoc(classifier, spec)
+        tau = stochastic_temperature(classifier, spec, on, data.val.labels.numpy())
+        with classifier.sampled_attention(spec.stochastic_layers, tau):
+            outputs["stochastic_attention"] = {split: on(split) for split in splits}
     probs = {v: {split: out["probs"] for split, out in by.items()} for v, by in outputs.items()}
     energy = {
         v: {split: out["energy"].mean(0) for split, out in by.items()} for v, by in outputs.items()
@@ -86,6 +106,27 @@ def posterior_predictives(
     if laplace:
         probs["laplace"] = last_layer_laplace(classifier, data, spec, draws, features, device)
     return probs, energy, plain, features
+
+
+def stochastic_temperature(
+    classifier: BackboneClassifier,
+    spec: PredictiveSpec,
+    on: Callable[[str], dict[str, np.ndarray]],
+    labels: np.ndarray,
+) -> float:
+    """The temperature of ``spec.stochastic_taus`` (× √d_head) whose stochastic-attention
+    predictive has the lowest validation NLL; says which on stderr."""
+    scores = {}
+    for tau in spec.stochastic_taus:
+        with classifier.sampled_attention(spec.stochastic_layers, tau):
+            scores[tau] = nll(on("val")["probs"].mean(0), labels)
+    best = min(scores, key=scores.__getitem__)
+    tried = ", ".join(f"{tau:g}: {value:.4f}" for tau, value in scores.items())
+    print(
+        f"note: stochastic_attention: tau = {best:g} × √d_head (validation NLL by tau: {tried})",
+        file=sys.stderr,
+    )
+    return best
 
 
 def last_layer_laplace(

@@ -26,6 +26,7 @@ from probtrans.data import DataBundle, load_data
 from probtrans.errors import ProbtransError, in_file
 from probtrans.hub import keep_backbone
 from probtrans.inference.guide import GuideChoice
+from probtrans.inference.posthoc import check_posthoc
 from probtrans.inference.train import BestState, Resumable, TrainingDiverged, train_classifier
 from probtrans.io import remove_temporary_files, write_json
 from probtrans.lock import folder_lock
@@ -119,6 +120,7 @@ def fit(
             data = load_data(model_spec.data, spec_folder(model_spec)) if data is None else data
         pyro.set_rng_seed(seed)  # the initial weights too depend on the seed
         classifier = build_classifier(model_spec, data)
+        check_posthoc(classifier, inference_spec.predictive)
     run = Run(model_spec, inference_spec, data, classifier, None, out_dir)
     run.guide_name = origin.get("guide", "")
     staging = staging_folder(out_dir)

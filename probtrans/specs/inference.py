@@ -10,8 +10,9 @@ from pydantic import Field
 from probtrans.specs.base import NonNegative, NonNegativeInt, Positive, PositiveInt, Spec, SpecFile
 
 #: post-hoc predictives from the trained weights (:mod:`probtrans.inference.posthoc`): MC
-#: dropout (dropout kept on) and the last-layer Laplace approximation
-Posthoc = Literal["mc_dropout", "laplace"]
+#: dropout (dropout kept on), the last-layer Laplace approximation, and (for a backbone)
+#: stochastic attention over the trained logits
+Posthoc = Literal["mc_dropout", "laplace", "stochastic_attention"]
 
 
 class GuideSpec(Spec):
@@ -121,6 +122,12 @@ class PredictiveSpec(Spec):
     ELPD stays)."""
     posthoc: list[Posthoc] = []
     """Predictives from the same trained weights besides the plain one."""
+    stochastic_layers: list[int] | Literal["all"] = [-1]
+    """``stochastic_attention`` (a ``model.backbone`` run): the blocks whose attention weights
+    are sampled, indices as ``model.swap.layers``."""
+    stochastic_taus: list[Positive] = Field([0.5, 1.0, 2.0, 4.0], min_length=1)
+    """``stochastic_attention``: the temperatures tried, in units of √d_head (1 keeps the
+    scale of the pretrained softmax); the one of lowest validation NLL is used."""
     laplace_prior_precision: NonNegative = 0.0
     """Prior precision of the Laplace head posterior; 0 = the log-grid value with the lowest
     validation NLL."""
