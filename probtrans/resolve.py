@@ -72,18 +72,19 @@ def load_inference_spec(path: str | os.PathLike[str], text: str | None = None) -
 
 
 def with_local_backbone(spec: ModelSpec) -> ModelSpec:
-    """``spec`` with ``model.backbone`` and ``data.tokenizer`` as local folders (a hub id
-    fetched into the Hugging Face cache once), and text data read by the backbone's tokenizer
-    unless ``data.tokenizer`` names another."""
+    """``spec`` with ``data.tokenizer`` as a local folder (a hub id fetched into the Hugging
+    Face cache once) and text data read by the ``model.backbone``'s tokenizer unless
+    ``data.tokenizer`` names another; the backbone itself is fetched here too (its errors come
+    before any data is read), and found again in the cache when the model is built."""
     changes = {}
     base = spec_folder(spec)
     if spec.network.backbone is not None:
-        folder = backbone_folder(spec.network.backbone, base, f"{spec.file}: model.backbone")
-        changes["model.backbone"] = str(folder)
+        label = f"{spec.file}: model.backbone"
+        folder = backbone_folder(spec.network.backbone, base, label)
         if spec.data.tokenizer is None and not is_image(spec.data):
-            check_reads_texts(folder, f"{spec.file}: model.backbone = {spec.network.backbone!r}")
+            check_reads_texts(folder, f"{label} = {spec.network.backbone!r}")
             changes["data.tokenizer"] = str(folder)
-    if spec.data.tokenizer is not None:
+    if spec.data.tokenizer is not None and "data.tokenizer" not in changes:
         field = f"{spec.file}: data.tokenizer"
         changes["data.tokenizer"] = str(backbone_folder(spec.data.tokenizer, base, field))
     return updated(spec, changes, spec.file) if changes else spec

@@ -24,7 +24,7 @@ from probtrans import distributed
 from probtrans.checkpoint import save_checkpoint
 from probtrans.data import DataBundle, load_data
 from probtrans.errors import ProbtransError, in_file
-from probtrans.hub import keep_backbone
+from probtrans.hub import backbone_folder, keep_backbone
 from probtrans.inference.guide import GuideChoice
 from probtrans.inference.posthoc import check_posthoc
 from probtrans.inference.train import BestState, Resumable, TrainingDiverged, train_classifier
@@ -208,8 +208,9 @@ def train_and_evaluate(
     checkpoint(result.best, result.guide)  # the guide as returned (e.g. its Laplace approximation)
     write_json(run.path / "history.json", result.history)
     save_run_data(run)
-    if run.model_spec.network.backbone is not None:
-        keep_backbone(Path(run.model_spec.network.backbone), run.path)
+    backbone = run.model_spec.network.backbone
+    if backbone is not None:
+        keep_backbone(backbone_folder(backbone, spec_folder(run.model_spec)), run.path)
     started = time.perf_counter()
     scores = evaluate(run, device=device, seed=seed, progress=progress)
     info = RunInfo(seed, run.inference_spec.train.epochs, result.best.epoch)
