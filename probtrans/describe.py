@@ -11,7 +11,7 @@ from probtrans.contract import is_kl_term, local_params
 from probtrans.data import load_data
 from probtrans.errors import in_file
 from probtrans.model import build_classifier
-from probtrans.resolve import spec_folder, with_local_backbone
+from probtrans.resolve import as_backbone_reads, spec_folder, with_local_backbone
 from probtrans.specs import ModelSpec
 
 
@@ -21,7 +21,7 @@ def site_table(spec: ModelSpec, batch_size: int = 2) -> list[dict[str, str]]:
     name, distribution class (unwrapping ``Independent``), batch shape, event shape, role."""
     spec = with_local_backbone(spec)
     with in_file(spec.file):  # a data loader's or the embedding's ``data.patch_size = 3: ...``
-        data = load_data(spec.data, spec_folder(spec))
+        data = as_backbone_reads(spec, load_data(spec.data, spec_folder(spec)))
         classifier = build_classifier(spec, data)
     _, inputs, mask, labels = next(data.train.batches(batch_size))
     pyro.set_rng_seed(0)

@@ -1,5 +1,6 @@
 """A pretrained backbone by name: ``hf:ID[@REVISION]`` (the Hugging Face hub) or a folder
-written by ``save_pretrained``, loaded with ``transformers``' auto classes.
+written by ``save_pretrained``, loaded with ``transformers``' auto classes (config, model,
+tokenizer, image processor).
 
 A hub id is fetched once into the Hugging Face cache (``huggingface_hub.snapshot_download``:
 config, weights as safetensors, tokenizer files) and read from there afterwards; without a
@@ -142,6 +143,22 @@ def backbone_tokenizer(folder: Path, field: str = "model.backbone") -> Tokenizer
     tokenizer = Tokenizer.from_str(fast.backend_tokenizer.to_str())
     tokenizer.enable_padding(pad_id=fast.pad_token_id, pad_token=fast.pad_token)
     return tokenizer
+
+
+def image_statistics(folder: Path) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """The per-channel mean and standard deviation with which the backbone's image processor
+    (``AutoImageProcessor``) standardises pixels in [0, 1]; None without one (or one that does
+    not standardise)."""
+    from transformers import AutoImageProcessor
+
+    try:
+        processor = AutoImageProcessor.from_pretrained(folder)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    mean, std = getattr(processor, "image_mean", None), getattr(processor, "image_std", None)
+    if mean is None or std is None or not getattr(processor, "do_normalize", True):
+        return None
+    return tuple(float(m) for m in mean), tuple(float(s) for s in std)
 
 
 def max_positions(config) -> int:  # config: PretrainedConfig

@@ -13,11 +13,12 @@ import functools
 import os
 from pathlib import Path
 
+from probtrans.data import DataBundle
 from probtrans.data.sources import DATA_SOURCES, is_image
 from probtrans.errors import ConfigError
 from probtrans.gp.guides import INDUCING_GUIDES
 from probtrans.guides import GUIDES
-from probtrans.hub import backbone_folder, check_reads_texts
+from probtrans.hub import backbone_folder, check_reads_texts, image_statistics
 from probtrans.metrics import UNCERTAINTY_SCORES
 from probtrans.registry import Registry
 from probtrans.specs import InferenceSpec, ModelSpec, read_inference_spec, read_model_spec
@@ -88,6 +89,19 @@ def with_local_backbone(spec: ModelSpec) -> ModelSpec:
         field = f"{spec.file}: data.tokenizer"
         changes["data.tokenizer"] = str(backbone_folder(spec.data.tokenizer, base, field))
     return updated(spec, changes, spec.file) if changes else spec
+
+
+def as_backbone_reads(spec: ModelSpec, data: DataBundle) -> DataBundle:
+    """``data`` as the ``model.backbone`` of ``spec`` reads them: images standardised with the
+    statistics of the backbone's image processor (instead of ``data.normalize``'s), where it
+    has one for their channels; texts as they are (``data.tokenizer`` already read them)."""
+    if spec.network.backbone is None or data.kind != "image":
+        return data
+    folder = backbone_folder(spec.network.backbone, spec_folder(spec), "model.backbone")
+    statistics = image_statistics(folder)
+    if statistics is None or len(statistics[0]) != (data.image_shape or (0,))[0]:
+        return data
+    return data.standardised(*statistics, f"the image processor of {spec.network.backbone}")
 
 
 def spec_folder(spec: SpecFile) -> Path | None:

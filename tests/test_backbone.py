@@ -477,3 +477,26 @@ def test_posthoc_stochastic_attention_is_a_variant_of_a_backbone_run(tmp_path, b
     with pytest.raises(ConfigError, match="stochastic_attention': needs a model.backbone"):
         probtrans.fit(tmp_path / "tiny.toml", inference, out=tmp_path / "no", progress=False)
     assert not (tmp_path / "no").exists() and not (tmp_path / "no.partial").exists()
+
+
+def test_images_are_standardised_with_the_backbones_image_processor(tmp_path, backbones):
+    """A ViT backbone's image processor (mean 0.5, std 0.25) replaces the data's own
+    standardisation in training, in the run folder and for new images."""
+    model = tmp_path / "vit.toml"
+    model.write_text(
+        f'[data]\nname = "digits"\n\n[model]\nbackbone = "{backbones["vit"]}"\npooling = "cls"\n'
+    )
+    spec = with_local_backbone(load_model_spec(model))
+    own = load_data(spec.data, spec_folder(spec))
+    from probtrans.resolve import as_backbone_reads
+
+    read = as_backbone_reads(spec, own)
+    assert own.scaling.mean is None  # the digits' pixels are in [0, 1] as they are
+    assert read.scaling.mean == (0.5,) and read.scaling.std == (0.25,)
+    torch.testing.assert_close(read.train.inputs, (own.train.inputs - 0.5) / 0.25)
+    run = fit(tmp_path, model, "map")
+    saved = json.loads((run.path / "data.json").read_text())
+    assert saved["scaling"]["mean"] == [0.5] and saved["scaling"]["std"] == [0.25], saved
+    pixels = torch.rand(3, 8, 8)
+    inputs, _ = probtrans.Run.load(run.path).data.encode(pixels)
+    torch.testing.assert_close(inputs, ((pixels - 0.5) / 0.25)[:, None])

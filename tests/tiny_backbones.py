@@ -1,5 +1,6 @@
 """Tiny pretrained-style Hugging Face models for the backbone tests: random weights, hidden size
-32, 2 layers, a WordPiece tokenizer trained here with ``tokenizers``, saved with
+32, 2 layers, a WordPiece tokenizer trained here with ``tokenizers`` (an image processor for
+the ViT), saved with
 ``save_pretrained`` into a folder that the backbone code loads as it would a hub snapshot."""
 
 from __future__ import annotations
@@ -89,4 +90,14 @@ def save_tiny_backbone(family: str, folder: Path, seed: int = 0) -> Path:
     model.save_pretrained(folder)
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
+    else:
+        tiny_image_processor().save_pretrained(folder)
     return Path(folder)
+
+
+def tiny_image_processor():
+    """The ViT image processor of the tiny ViT: 8×8 single-channel images, standardised with
+    mean 0.5 and standard deviation 0.25."""
+    from transformers import ViTImageProcessor
+
+    return ViTImageProcessor(size={"height": 8, "width": 8}, image_mean=[0.5], image_std=[0.25])

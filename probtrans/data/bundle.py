@@ -10,6 +10,7 @@ tokenised with a vocabulary learned on the training texts). A split whose rows h
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -212,6 +213,30 @@ class DataBundle:
         if self.tokenizer is None:
             raise ProbtransError(f"{self.name}: no tokenizer to decode token ids")
         return decoder(self.tokenizer)(ids)
+
+    def standardised(self, mean: Sequence[float], std: Sequence[float], why: str) -> DataBundle:
+        """A copy whose images are standardised per channel with ``mean`` and ``std`` (of
+        pixels in [0, 1], e.g. a pretrained backbone's image processor's, ``why``) instead of
+        its own scaling's; new inputs are scaled the same way."""
+        old = self.scaling
+        new = ImageScaling(old.eight_bit, tuple(mean), tuple(std))
+        standardise = ImageScaling(False, new.mean, new.std)  # of pixels in [0, 1]
+
+        def again(split: DataSplit) -> DataSplit:
+            x = split.inputs
+            if old.mean is not None and old.std is not None:  # back to pixels in [0, 1]
+                x = x * torch.tensor(old.std)[:, None, None] + torch.tensor(old.mean)[:, None, None]
+            return DataSplit(standardise(x), split.labels, split.mask)
+
+        return dataclasses.replace(
+            self,
+            train=again(self.train),
+            val=again(self.val),
+            test=again(self.test),
+            ood={name: again(split) for name, split in self.ood.items()},
+            scaling=new,
+            description={**self.description, "image_standardisation": why},
+        )
 
     def splits(self) -> dict[str, DataSplit]:
         """The splits a run is evaluated on: ``val``, ``test`` and ``ood:NAME`` per set."""

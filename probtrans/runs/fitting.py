@@ -32,6 +32,7 @@ from probtrans.io import remove_temporary_files, write_json
 from probtrans.lock import folder_lock
 from probtrans.model import build_classifier
 from probtrans.resolve import (
+    as_backbone_reads,
     load_inference_spec,
     load_model_spec,
     spec_folder,
@@ -118,6 +119,7 @@ def fit(
     with in_file(model_spec.file):
         with processes.main_first():  # rank 0 fills the data cache that the others read
             data = load_data(model_spec.data, spec_folder(model_spec)) if data is None else data
+        data = as_backbone_reads(model_spec, data)
         pyro.set_rng_seed(seed)  # the initial weights too depend on the seed
         classifier = build_classifier(model_spec, data)
         check_posthoc(classifier, inference_spec.predictive)
