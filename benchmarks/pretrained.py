@@ -2,14 +2,17 @@
 
 The backbone is BERT-base in size (``BertConfig`` defaults: width 768, 12 layers, 12 heads, MLP
 3072, vocabulary 30522, about 110 M parameters) with random weights (the cost of a step does not
-depend on their values), on random token ids: batch 16, sequence length 128, two classes. Both
-configurations are a :class:`probtrans.model.BackboneClassifier` built directly from a
+depend on their values), on random token ids: batch 16, sequence length 128, two classes. The
+configurations are each a :class:`probtrans.model.BackboneClassifier` built directly from a
 ``NetworkSpec`` and the model (no hub, no tokenizer); everything runs in one invocation.
 
 1. **plain fine-tuning**: no swap, no priors; the step is written in plain PyTorch over the
    classifier's modules (backbone, [CLS] pooling, dropout, linear head): forward,
    cross-entropy, backward, ``torch.optim.Adam`` over every weight (the whole backbone trains).
-2. **probtrans SVI**: SGPA swapped into the top 2 self-attention blocks (``[model.swap]``
+2. **plain LoRA**: as 1., the backbone frozen and LoRA adapters r = 8 on ``query`` and
+   ``value`` (no priors): Adam over the adapters and the head. SVI against it is the cost of
+   the Bayesian parts (SGPA, the guide, the ELBO) alone.
+3. **probtrans SVI**: SGPA swapped into the top 2 self-attention blocks (``[model.swap]``
    ``attention = { kind = "sgpa" }``, its defaults), ``[model.prior] weights = "lora"`` with
    r = 8 on ``query`` and ``value`` (the backbone frozen, Normal priors on the adapters and the
    head), and the inference spec ``inference/mfvi.toml`` (mean-field Normal guide, Cholesky
@@ -54,6 +57,7 @@ CLASSES = 2
 N_TRAIN = 8_551  # CoLA's training set: the likelihood's scale N / B in the ELBO
 CASES = {
     "plain": "plain fine-tuning (PyTorch, Adam)",
+    "lora": "plain LoRA r = 8 (PyTorch, Adam)",
     "svi": "SVI: SGPA top 2 + LoRA r = 8, MFVI",
 }
 
@@ -124,14 +128,21 @@ def batch(args: argparse.Namespace, vocab: int) -> tuple[torch.Tensor, ...]:
     return ids, mask, labels
 
 
-def plain_step(args: argparse.Namespace) -> Callable[[], None]:
-    """Fine-tuning in plain PyTorch through the classifier's modules (no Pyro)."""
+def plain_step(args: argparse.Namespace, lora: bool = False) -> Callable[[], None]:
+    """Fine-tuning in plain PyTorch through the classifier's modules (no Pyro): of every
+    weight, or (``lora``) of LoRA adapters r = 8 on the query and value maps of the frozen
+    backbone and the head, without priors."""
+    from probtrans.backbone.lora import add_lora
     from probtrans.model import BackboneClassifier
 
     classifier = BackboneClassifier(network("plain", args.layers), backbone(args), CLASSES, False)
+    if lora:
+        classifier.backbone.requires_grad_(False)
+        add_lora(classifier.backbone, ["query", "value"], 8, 16.0)
     classifier.train()
     ids, mask, labels = batch(args, classifier.backbone.config.vocab_size)
-    optimizer = torch.optim.Adam(classifier.parameters(), lr=2e-5)
+    trained = [p for p in classifier.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(trained, lr=2e-5)
 
     def step() -> None:
         optimizer.zero_grad()
@@ -174,7 +185,7 @@ def run_case(case: str, args: argparse.Namespace) -> dict[str, float]:
     """One configuration in this process: its median step time and peak memory."""
     torch.manual_seed(0)
     pyro.set_rng_seed(0)
-    step = (plain_step if case == "plain" else svi_step)(args)
+    step = svi_step(args) if case == "svi" else plain_step(args, lora=case == "lora")
     before = rss_mib()
     reset = reset_peak()
     times = []
@@ -264,6 +275,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     print(f"  {'step peak memory (goal ≤ 1.3×)':<38} {step_ratio:5.2f}×")
     process_ratio = svi["process_peak_mib"] / plain["process_peak_mib"]
     print(f"  {'process peak memory':<38} {process_ratio:5.2f}×")
+    lora = results["lora"]
+    print("\nSVI / plain LoRA (the cost of the Bayesian parts alone):")
+    print(f"  {'step time':<38} {svi['seconds'] / lora['seconds']:5.2f}×")
+    lora_ratio = svi["step_peak_mib"] / max(lora["step_peak_mib"], 1.0)
+    print(f"  {'step peak memory':<38} {lora_ratio:5.2f}×")
     return results
 
 

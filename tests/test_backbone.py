@@ -337,6 +337,27 @@ def test_lora_guides_train_and_leave_the_pretrained_weights_unchanged(tmp_path, 
     assert f"{TOP}.attn.centroids" in saved
 
 
+def test_a_guide_of_your_own_trains_over_the_adapters_and_the_head(tmp_path, backbones):
+    """``probtrans.fit(..., guide=AutoLowRankMultivariateNormal)``: Pyro's own autoguide over
+    the adapter and head sites of a LoRA backbone; its posterior draws differ."""
+    from pyro.infer.autoguide import AutoLowRankMultivariateNormal
+
+    model = write_spec(tmp_path, backbones["bert"], LORA)
+    inference = tiny_inference(tmp_path / "inference", "map")
+    run = probtrans.fit(
+        model,
+        inference,
+        out=tmp_path / "own",
+        epochs=1,
+        progress=False,
+        guide=AutoLowRankMultivariateNormal,
+    )
+    assert np.isfinite(elbos(run.path)).all()
+    draws = run.posterior_samples(2)
+    assert {f"{TOP}.query.lora_a", "head.weight"} <= set(draws)
+    assert not torch.equal(draws["head.weight"][0], draws["head.weight"][1])
+
+
 # ------------------------------------------------------------------ run folders
 
 

@@ -1,4 +1,4 @@
-"""``benchmarks/pretrained.py`` on a tiny BERT: both configurations run (each in its own
+"""``benchmarks/pretrained.py`` on a tiny BERT: the three configurations run (each in its own
 process) and the table gives both ratios."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ TINY = ["--hidden", "32", "--heads", "2", "--layers", "2", "--steps", "2"]
 def test_the_benchmark_prints_both_ratios(capsys):
     results = main([*TINY, "--batch", "4", "--length", "16"])
     out = capsys.readouterr().out
-    assert set(results) == {"plain", "svi"}
+    assert set(results) == {"plain", "lora", "svi"}
     for result in results.values():
         assert result["seconds"] > 0 and result["process_peak_mib"] > 0
     assert "width 32, 2 layers, 2 heads" in out
