@@ -160,6 +160,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise ProbtransError(f"--out {out}: must end in {suffixes(formats(writable=True))}")
     if out is not None and local and out.resolve() == Path(args.input).resolve():
         raise ProbtransError(f"--out {out}: is the input; write the predictions elsewhere")
+    if out is not None and out.is_dir():
+        raise ProbtransError(f"--out {out}: is a folder; give the file to write")
+    if out is not None and (out.exists() or out.is_symlink()) and not args.force:
+        raise ProbtransError(
+            f"--out {out}: exists, and predict replaces no file unasked; choose another --out, "
+            f"or pass --force to replace it"
+        )
     run = load_run(args.run_dir, args.device)
     spec = run.model_spec.data
     rows = read_inputs(
@@ -214,7 +221,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         comparison = updated(comparison, {"epochs": args.epochs}, f"--epochs = {args.epochs}")
     if args.ood_score is not None:
         comparison = updated(comparison, {"ood_score": args.ood_score}, "--ood-score")
-    print(compare(comparison, args.out, progress=not args.quiet, device=args.device))
+    print(
+        compare(comparison, args.out, progress=not args.quiet, device=args.device, force=args.force)
+    )
     return 0
 
 
@@ -325,8 +334,10 @@ def parser() -> argparse.ArgumentParser:
     predict.add_argument(
         "--out",
         metavar="FILE",
-        help=f"write {suffixes(formats(writable=True))} (default: a table on stdout)",
+        help=f"write {suffixes(formats(writable=True))} (default: a table on stdout); an "
+        "existing file is replaced only with --force",
     )
+    predict.add_argument("--force", action="store_true", help="replace an existing --out file")
     predict.add_argument(
         "--samples", metavar="S", type=int, help="posterior samples (default: the spec's)"
     )
@@ -347,7 +358,18 @@ def parser() -> argparse.ArgumentParser:
     compare.add_argument("--preset", help="a comparison file (results/presets/*.toml) instead")
     compare.add_argument("--seeds", type=int, nargs="+", help="seeds (default: preset's, or 0)")
     compare.add_argument("--epochs", type=int, help="override train.epochs of every run")
-    compare.add_argument("--out", required=True, help="folder for runs/, table.md/csv, figure")
+    compare.add_argument(
+        "--out",
+        required=True,
+        help="folder for runs/, table.md/csv, figure.png, comparison.json: new, empty, or one "
+        "compare wrote",
+    )
+    compare.add_argument(
+        "--force",
+        action="store_true",
+        help="write into --out even if compare did not write it (files of compare's names in "
+        "it are replaced, the others left alone)",
+    )
     compare.add_argument(
         "--ood-score",
         choices=UNCERTAINTY_SCORES,

@@ -36,12 +36,20 @@ computed from the runs' ``probs.npz``: the ``id_metric``, the metrics marked ``c
 columns.
 Under torchrun every run is trained by all the processes together, and rank 0 decides what to
 train and writes the table and the figure.
+
+``OUT`` is written into only if it is compare's own (:func:`check_output_folder`): absent or
+empty, or holding the ``comparison.json`` that compare writes beside its table (or, from before
+compare wrote one, nothing but ``table.md``, ``table.csv``, ``figure.png`` and ``runs/``, with
+``runs/`` or all three of the others). A folder of the user's, holding anything else, is refused
+unless ``force`` (``--force``): then compare writes its files into it, replacing those of the
+same names, and leaves the others as they are.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,14 +61,15 @@ from probtrans import calibration, distributed, figures
 from probtrans.checkpoint import load_checkpoint, require
 from probtrans.data.sources import is_image, ood_set_names
 from probtrans.elpd import POINT_MASS, UNRELIABLE, heldout_elpd, standard_error
-from probtrans.errors import ConfigError
-from probtrans.io import read_json, save_png, write_text
+from probtrans.errors import ConfigError, ProbtransError
+from probtrans.io import is_temporary_file, read_json, save_png, write_json, write_text
 from probtrans.metrics import METRICS, UNCERTAINTY_SCORES
 from probtrans.resolve import load_inference_spec, load_model_spec
 from probtrans.runs import fit
 from probtrans.runs.folder import (
     RunInfo,
     check_samples,
+    probs_origin,
     read_probs,
     read_timing,
     run_name,
@@ -92,6 +101,47 @@ def missing_variant(method: Method) -> ConfigError:
         f"{method.inference}: [predictive] posthoc does not list {method.variant!r}, "
         f"needed by method {method.name!r}"
     )
+
+
+#: the file by which compare knows its own output folder, written beside the table
+MARKER = "comparison.json"
+#: what compare writes into its output folder
+OUTPUTS = frozenset({MARKER, "table.md", "table.csv", "figure.png", "runs"})
+
+
+def is_own_marker(path: Path) -> bool:
+    """Whether ``path`` is a ``comparison.json`` that compare wrote."""
+    try:
+        kept = read_json(path, expect=dict)
+    except ProbtransError:
+        return False
+    return kept.get("written_by") == "probtrans compare"
+
+
+def check_output_folder(out: Path, force: bool = False) -> None:
+    """Refuse to write into ``out`` unless it is absent, empty or compare's own output folder
+    (module docstring), or ``force``; a file is refused even then."""
+    if not out.exists() and not out.is_symlink():
+        above = next(p for p in out.parents if p.exists() or p == Path(p.anchor))
+        if not above.is_dir():
+            raise ProbtransError(f"{out}: cannot be created, {above} is a file")
+        return
+    if not out.is_dir():
+        raise ProbtransError(f"{out}: exists and is not a folder; choose another --out")
+    names = {entry.name for entry in out.iterdir() if not is_temporary_file(entry)}
+    if not names or force or is_own_marker(out / MARKER):
+        return
+    earlier = names <= OUTPUTS - {MARKER} and (
+        (out / "runs").is_dir() or {"table.md", "table.csv", "figure.png"} <= names
+    )
+    if not earlier:
+        shown = sorted(names)
+        listed = ", ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else "")
+        raise ProbtransError(
+            f"{out}: not a folder probtrans compare wrote (it holds {listed}, and no "
+            f"{MARKER} of compare's); choose another --out, or pass --force to write the "
+            f"table, figure and runs/ into it, replacing files of those names"
+        )
 
 
 def check_methods(comparison: Comparison) -> None:
@@ -157,9 +207,11 @@ def run_dir(out: Path, method: Method, seed: int) -> Path:
 
 def reuse_note(folder: Path, method: Method, seed: int, epochs: int) -> str | None:
     """None if ``folder`` holds a complete run of the method's spec texts (as its checkpoint
-    keeps them), ``seed`` and ``epochs``, which ``compare`` reuses; else why it is trained
-    ("" for a new run). Committed results keep metrics only, no checkpoint: those are trained.
-    A damaged run file is an error naming it."""
+    keeps them), ``seed`` and ``epochs``, and whose ``probs.npz`` was computed from its
+    checkpoint (:func:`~probtrans.runs.folder.probs_origin`; one too old to tell is reused with
+    a note), which ``compare`` reuses; else why it is trained ("" for a new run). Committed
+    results keep metrics only, no checkpoint: those are trained. A damaged run file is an error
+    naming it."""
     if not folder.exists():
         return ""
     files = [folder / name for name in ("metrics.json", "probs.npz", "checkpoint.pt")]
@@ -176,6 +228,16 @@ def reuse_note(folder: Path, method: Method, seed: int, epochs: int) -> str | No
         return f"trained with seed {trained.get('seed', kept['seed'])}, {seed} asked"
     if trained.get("epochs") != epochs:
         return f"trained for {trained.get('epochs')} epochs, {epochs} asked"
+    origin = probs_origin(folder, read_probs(files[1]))
+    if origin == "another run":
+        return "its probs.npz was not computed from its checkpoint.pt"
+    if origin == "unknown":
+        print(
+            f"note: {files[1]} keeps no fingerprint of the checkpoint it was computed from "
+            f"(written before probtrans kept one), so it cannot be checked against the run; "
+            f"reused as it is",
+            file=sys.stderr,
+        )
     return None
 
 
@@ -397,13 +459,19 @@ def figure(comparison: Comparison, out: Path) -> Figure:
 
 
 def compare(
-    comparison: Comparison, out: str | Path, progress: bool = True, device: str = "cpu"
+    comparison: Comparison,
+    out: str | Path,
+    progress: bool = True,
+    device: str = "cpu",
+    force: bool = False,
 ) -> str:
-    """Train what is missing, then write ``OUT/table.md``, ``OUT/table.csv`` and
-    ``OUT/figure.png``; returns the Markdown table."""
+    """Train what is missing, then write ``OUT/table.md``, ``OUT/table.csv``,
+    ``OUT/figure.png`` and ``OUT/comparison.json``; returns the Markdown table. ``OUT`` must be
+    absent, empty or compare's own, unless ``force`` (:func:`check_output_folder`)."""
     out = Path(out)
     start = time.perf_counter()
     check_methods(comparison)
+    distributed.current().share(lambda: check_output_folder(out, force))
     ensure_runs(comparison, out, progress, device)
     text = distributed.current().share(lambda: write_results(comparison, out))
     print(f"compare: {time.perf_counter() - start:.0f} s (training included)")
@@ -411,8 +479,9 @@ def compare(
 
 
 def write_results(comparison: Comparison, out: Path) -> str:
-    """``OUT/table.md``, ``OUT/table.csv`` and ``OUT/figure.png`` of the finished runs; returns
-    the Markdown table."""
+    """``OUT/table.md``, ``OUT/table.csv`` and ``OUT/figure.png`` of the finished runs, and
+    ``OUT/comparison.json``, by which compare knows the folder as its own; returns the Markdown
+    table."""
     rows = table_rows(comparison, out)
     text = markdown(rows, comparison)
     buffer = io.StringIO()
@@ -420,6 +489,9 @@ def write_results(comparison: Comparison, out: Path) -> str:
     writer = csv.DictWriter(buffer, fieldnames=header, restval="–")
     writer.writeheader()
     writer.writerows(rows)
+    methods = [method.name for method in comparison.method]
+    marker = {"written_by": "probtrans compare", "title": comparison.title, "methods": methods}
+    write_json(out / MARKER, marker)
     write_text(out / "table.md", text)
     write_text(out / "table.csv", buffer.getvalue())
     save_png(figure(comparison, out), out / "figure.png")

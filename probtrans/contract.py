@@ -18,6 +18,10 @@ Models emit sites through :func:`sample_attention` and :func:`kl_term`; the obje
   written to the global param store, and nothing global changes. Models are built under it, so
   they can then be called in either mode; the guides probtrans builds always keep their
   parameters locally (:func:`keep_params_local`), so two runs in one session never share one.
+- *The caller's random state is the caller's*: probtrans seeds its own draws, and its public
+  entry points (``probtrans.fit``, ``Run.load``, ``Run.predict``, ``Run.posterior_samples``,
+  evaluation, ``train_classifier``) run under :func:`caller_random_state`, which saves the
+  global generators on entry and restores them on exit, so a call leaves them as it found them.
 - *Mixed precision*: training may run a model under ``torch.autocast`` (bfloat16); the parts
   that must not be rounded to bfloat16 (SGPA's kernel matrices, Cholesky factors and GP
   conditionals, the Gaussian-mixture units, SNGP's spectral norm and random features, the
@@ -57,6 +61,22 @@ def local_params() -> AbstractContextManager[None]:
     """Run with every ``PyroModule`` keeping its parameters in the module (Pyro's
     ``module_local_params``), for this block only; also a decorator."""
     return pyro.settings.context(module_local_params=True)
+
+
+@contextmanager
+def caller_random_state() -> Iterator[None]:
+    """Restore the global random states on leaving the block as they were on entering it:
+    Python's ``random``, NumPy's and torch's CPU generator (``pyro.util.get_rng_state``), and
+    every CUDA device's where CUDA is initialised, whatever the block seeds or draws; also a
+    decorator."""
+    state = pyro.util.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    try:
+        yield
+    finally:
+        pyro.util.set_rng_state(state)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
 
 
 class LocalParams:

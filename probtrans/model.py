@@ -59,6 +59,9 @@ class PatchEmbedding(nn.Module):
         self.position = nn.Parameter(torch.randn(n_patches, d_model) * 0.02)
 
     def forward(self, images: Tensor) -> Tensor:
+        """images (B, C, H, W), or (B, H, W) with one channel → (B, L, D)."""
+        if images.dim() == 3:
+            images = images.unsqueeze(1)
         p = self.patch_size
         patches = nn.functional.unfold(images, kernel_size=p, stride=p)  # (B, C·p·p, L)
         return self.proj(patches.transpose(1, 2)) + self.position
@@ -330,6 +333,7 @@ class BackboneClassifier(PyroClassifier, DeepPyroModule):
         token ids (B, L); mask: (B, L) bool, True for real tokens → the pooled representation
         (B, hidden size)."""
         if self.image:
+            inputs = inputs.unsqueeze(1) if inputs.dim() == 3 else inputs  # one channel
             size = self.backbone.config.image_size
             size = (size, size) if isinstance(size, int) else tuple(size)
             if tuple(inputs.shape[-2:]) != size:  # resized to the backbone's images

@@ -7,6 +7,7 @@ import csv
 import functools
 import json
 import math
+import random
 import subprocess
 import sys
 
@@ -154,6 +155,36 @@ def test_same_seed_fits_are_bitwise_equal(specs, tmp_path):
     assert (tmp_path / "a" / "probs.npz").read_bytes() == (
         tmp_path / "b" / "probs.npz"
     ).read_bytes()
+
+
+def assert_random_state_is(state):
+    now = pyro.util.get_rng_state()  # torch's, NumPy's and Python's
+    assert torch.equal(now["torch"], state["torch"])
+    assert now["random"] == state["random"]
+    assert all(np.array_equal(a, b) for a, b in zip(now["numpy"], state["numpy"], strict=True))
+
+
+def test_fit_predict_and_evaluate_leave_the_callers_random_state(specs, tmp_path):
+    random.seed(11)
+    np.random.seed(12)
+    torch.manual_seed(13)
+    state = pyro.util.get_rng_state()
+    run = probtrans.fit(*specs, out=tmp_path / "run", seed=3, progress=False)
+    assert_random_state_is(state)
+    run.predict(run.data.test.inputs[:4])
+    assert_random_state_is(state)
+    run.posterior_samples(2, seed=5)
+    run.module(draw=1)
+    assert_random_state_is(state)
+    evaluate_run(tmp_path / "run", seed=4)
+    assert_random_state_is(state)
+    Run.load(tmp_path / "run").predict(run.data.test.inputs[:2])
+    assert_random_state_is(state)
+    expected = (random.random(), np.random.rand(), torch.rand(()))
+    random.seed(11)
+    np.random.seed(12)
+    torch.manual_seed(13)  # the caller's draws go on as if nothing had been called
+    assert expected == (random.random(), np.random.rand(), torch.rand(()))
 
 
 def test_fit_from_spec_files_and_a_temporary_folder(tiny_model_file, tmp_path):
@@ -310,6 +341,45 @@ def test_a_users_model_trains_with_an_autoguide_through_pyro_svi():
     assert {"attn2.centroids", "AutoNormal.locs.readout.weight"} <= set(store)
     draws = Predictive(model, guide=guide, num_samples=3, return_sites=["attn1.a_v"])(x[:4])
     assert draws["attn1.a_v"].shape == (3, 4, 2, 5, 5)
+
+
+def test_pyros_module_local_loop_trains_every_parameter_of_a_self_guided_model():
+    """``Trace_ELBO()(self_guided(model), guide)`` holds the network's parameters as well as the
+    guide's, so Pyro's module-local loop trains all of them, and the sites keep their names."""
+    x = torch.randn(64, 5, 8)
+    y = (x[:, :, 0].mean(1) > 0).long()
+    with pyro.settings.context(module_local_params=True):
+        model = TwoAttentionLayers()
+        trainable = probtrans.self_guided(model)
+        assert isinstance(trainable, torch.nn.Module) and trainable.model is model
+        trace = pyro.poutine.trace(trainable).get_trace(x, y)
+        assert [name for name, site in trace.nodes.items() if site["type"] == "sample"] == [
+            "readout.weight",
+            "data",
+            "y",
+        ]  # as named in the model, attention sites hidden
+        assert list(trainable.state_dict()) == [f"model.{key}" for key in model.state_dict()]
+        guide = AutoNormal(trainable)
+        loss_fn = Trace_ELBO()(trainable, guide)
+        loss_fn(x, y)  # creates the guide's parameters
+        held = {id(p) for p in loss_fn.parameters()}
+        assert {id(p) for p in model.parameters()} <= held
+        assert {id(p) for p in guide.parameters()} <= held
+        optimizer = torch.optim.Adam(loss_fn.parameters(), lr=0.02)
+        before = {name: p.detach().clone() for name, p in model.named_parameters()}
+        losses = []
+        for _ in range(60):
+            optimizer.zero_grad()
+            loss = loss_fn(x, y)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:10])
+    unchanged = [name for name, p in model.named_parameters() if torch.equal(p, before[name])]
+    assert unchanged == []
+    assert pyro.get_param_store().keys() == set()  # module-local: nothing in the store
+    plain = probtrans.self_guided(lambda: pyro.sample("z", dist.Normal(0.0, 1.0)))
+    assert list(plain.parameters()) == [] and plain().shape == ()
 
 
 def test_the_readme_example_runs():

@@ -581,6 +581,16 @@ def _(w: Workspace) -> Expect:
     return Expect(["predict", str(run), str(inputs), "--seed", "-1", "--quiet"], ("--seed -1",))
 
 
+@case("predict: --out over an existing file of the user's")
+def _(w: Workspace) -> Expect:
+    run = w.fitted_run()
+    inputs = w.write("inputs.npz", b"")
+    np.savez(inputs, x=np.zeros((2, 8, 8), dtype=np.float32))
+    keep = w.write("notes/keep.csv", "my own,notes\n1,2\n")
+    argv = ["predict", str(run), str(inputs), "--out", str(keep), "--quiet"]
+    return Expect(argv, (f"--out {keep}: exists", "--force"))
+
+
 # ====================================================================== compare
 PRESET = """
 title = "bad"
@@ -722,6 +732,23 @@ def _(w: Workspace) -> Expect:
     metrics = json.loads((folder / "metrics.json").read_text())
     (folder / "metrics.json").write_text(json.dumps({**metrics, "posterior_samples": 20}))
     return Expect(compare(w, "--preset", str(path)), (str(folder), "come from two evaluations"))
+
+
+@case("compare: --out a folder of the user's holding its own table.md")
+def _(w: Workspace) -> Expect:
+    notes = w.root / "cmp"  # where compare(w, ...) writes
+    w.write("cmp/table.md", "| my | own | table |\n")
+    argv = compare(w, str(w.model()), "--inference", str(w.inference()))
+    return Expect(argv, (f"{notes}: not a folder probtrans compare wrote", "table.md", "--force"))
+
+
+@case("compare: --out a folder of the user's holding notes and a table.md")
+def _(w: Workspace) -> Expect:
+    notes = w.root / "cmp"
+    w.write("cmp/table.md", "| my | own | table |\n")
+    w.write("cmp/keep.csv", "my own,notes\n")
+    argv = compare(w, str(w.model()), "--inference", str(w.inference()))
+    return Expect(argv, (f"{notes}: not a folder probtrans compare wrote", "keep.csv"))
 
 
 @case("compare: a text spec and an image spec")
@@ -1065,6 +1092,23 @@ own_data_case(
     "{path}",
     "no text column",
     max_chars=300,
+)
+
+
+own_data_case(
+    "CSV row with a quote left open, run on into the following lines",
+    "train.csv",
+    own_rows(5) + b'"a quote left open,pos\n' + own_rows(3, header=b"") + b'"quoted",neg\n',
+    "{path}:7",
+    "quote left open",
+    "runs on to line 11",
+)
+own_data_case(
+    "CSV row with a quote left open to the end of the file",
+    "train.csv",
+    own_rows(5) + b'"a quote left open,pos\n' + own_rows(3, header=b""),
+    "{path}:7",
+    "not a valid CSV row",
 )
 
 

@@ -64,7 +64,8 @@ def test_from_tensors_images_without_channel_split_off_val_and_test():
         assert split.labels.dtype == torch.long
     assert bundle.description["split_off_train"] == ["test", "val"]
     assert bundle.vocab_size is None and bundle.tokenizer is None
-    raw = np.random.default_rng(0).random((2, 8, 8)).astype(np.float32)  # new images, as given
+    # new images in the training pixels' range [0, 99] (pixel 0 numbers the rows), as given
+    raw = (np.random.default_rng(0).random((2, 8, 8)) * 99).astype(np.float32)
     assert torch.equal(bundle.encode(raw)[0], torch.from_numpy(raw)[:, None])
     with pytest.raises(ProbtransError, match=r"images are \(N, 1, 8, 8\)"):
         bundle.encode(raw[:, :4])
@@ -354,3 +355,58 @@ def test_from_texts_errors(kwargs, message):
     assert "\n" not in text
     if "must be >" in message:
         assert isinstance(err.value, ConfigError)
+
+
+# ------------------------------------------------------------------ new images against training
+
+
+def bundle_of_images(scale: float, seed: int = 0) -> DataBundle:
+    """Random float images (40, 1, 4, 4) with pixels in [0, scale], two classes."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.rand(40, 1, 4, 4, generator=generator) * scale
+    return DataBundle.from_tensors((x, torch.arange(40) % 2))
+
+
+def test_new_images_in_another_scale_are_refused_with_both_ranges():
+    unit = bundle_of_images(1.0)
+    low, high = unit.pixel_range()
+    assert 0 <= low < 0.05 and 0.95 < high <= 1
+    with pytest.raises(
+        ProbtransError, match=r"pixels in \[0, 16\], but the training images' were in \[0"
+    ):
+        unit.encode(torch.linspace(0, 16, 48).reshape(3, 4, 4))
+    sixteen = bundle_of_images(16.0)
+    with pytest.raises(ProbtransError, match=r"pixels in \[0, 1\], but the training images' were"):
+        sixteen.encode(torch.linspace(0, 1, 48).reshape(3, 4, 4))  # the reverse
+    inputs, _ = unit.encode(torch.linspace(0, 1, 48).reshape(3, 4, 4))  # the same scale: taken
+    assert inputs.shape == (3, 1, 4, 4)
+    unit.encode(torch.zeros(2, 4, 4))  # a constant (blank) image passes
+
+
+def test_boolean_images_are_refused():
+    with pytest.raises(ProbtransError, match="boolean pixels; give 8-bit integers"):
+        bundle_of_images(1.0).encode(torch.rand(2, 4, 4) > 0.5)
+
+
+def test_uint8_images_are_images_when_declared_and_refused_as_ambiguous_otherwise():
+    pixels = torch.randint(0, 256, (40, 1, 4, 4), generator=torch.Generator().manual_seed(0))
+    labels = torch.arange(40) % 2
+    with pytest.raises(ProbtransError, match="dtype uint8: 8-bit images\\? pass kind='image'"):
+        DataBundle.from_tensors((pixels.to(torch.uint8), labels))
+    bundle = DataBundle.from_tensors((pixels.to(torch.uint8).numpy(), labels), kind="image")
+    assert bundle.kind == "image" and bundle.scaling.eight_bit
+    assert float(bundle.train.inputs.max()) <= 1.0  # scaled to [0, 1]
+    new = pixels[:3].to(torch.uint8)
+    inputs, _ = bundle.encode(new)  # 8-bit images of the same scale
+    torch.testing.assert_close(inputs, new.float() / 255)
+
+
+def test_a_saved_bundle_keeps_the_pixel_range(tmp_path):
+    from probtrans.data.saved import load_saved_bundle, save_bundle
+
+    unit = bundle_of_images(1.0)
+    save_bundle(tmp_path, unit)
+    saved = load_saved_bundle(tmp_path)
+    assert saved.scaling.pixel_range == pytest.approx(unit.pixel_range())
+    with pytest.raises(ProbtransError, match="but the training images' were"):
+        saved.encode(torch.linspace(0, 255, 48).reshape(3, 4, 4))

@@ -212,6 +212,7 @@ def test_compare_on_two_processes_trains_each_run_once_and_writes_the_table_once
         "table.md",
         "table.csv",
         "figure.png",
+        "comparison.json",
     }
     (run,) = (tmp_path / "cmp" / "runs").iterdir()
     assert {p.name for p in run.iterdir()} == RUN_FOLDER

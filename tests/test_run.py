@@ -26,7 +26,7 @@ from probtrans.inference.train import (
 )
 from probtrans.model import build_classifier
 from probtrans.resolve import load_inference_spec, load_model_spec
-from probtrans.runs import evaluate_run, fit, load_run
+from probtrans.runs import Run, evaluate_run, fit, load_run
 from probtrans.segmentation import load_segmentation_spec
 from probtrans.specs.inference import AUTOMATIC_LOO_SAMPLES
 from tests.conftest import ROOT, inference_file, tiny_inference, tiny_spec
@@ -324,3 +324,72 @@ def test_run_names_come_from_the_spec_files_stems(tmp_path, tiny_model_file, mon
     )
     assert "run written to runs/tiny-map/" in capsys.readouterr().out
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["tiny-map"]
+
+
+def test_a_probs_npz_of_another_run_is_not_read_as_this_runs(tmp_path, tiny_model_file, capsys):
+    """``probs.npz`` keeps the SHA-256 of the checkpoint it was computed from: ``predict`` reads
+    its validation predictive (the reference of ``entropy_percentile``) only from this run's.
+    One copied from another run is ignored with a note and the validation predictive computed
+    again; one written before the fingerprint was kept is read as it is, with a note."""
+    from probtrans.runs.folder import FINGERPRINT, checkpoint_fingerprint
+
+    inference = tiny_inference(tmp_path, "map")
+    run = fit(tiny_model_file, inference, out=tmp_path / "a", epochs=1, progress=False)
+    fit(tiny_model_file, inference, out=tmp_path / "b", epochs=1, seed=1, progress=False)
+    probs = tmp_path / "a" / "probs.npz"
+    with np.load(probs) as kept:
+        assert str(kept[FINGERPRINT]) == checkpoint_fingerprint(tmp_path / "a")
+        own = {k: kept[k] for k in kept.files}
+    split = run.data.test
+    capsys.readouterr()
+    from_own = load_run(tmp_path / "a").predict(split)["entropy_percentile"]
+    assert capsys.readouterr().err == ""
+
+    probs.write_bytes((tmp_path / "b" / "probs.npz").read_bytes())  # another run's
+    from_copy = load_run(tmp_path / "a").predict(split)["entropy_percentile"]
+    err = capsys.readouterr().err
+    assert f"note: {probs} was not computed from this run's checkpoint.pt" in err
+    assert "validation predictive is computed again" in err
+    probs.unlink()
+    recomputed = load_run(tmp_path / "a").predict(split)["entropy_percentile"]
+    np.testing.assert_array_equal(from_copy, recomputed)
+
+    np.savez(probs, **{k: v for k, v in own.items() if k != FINGERPRINT})  # an older run's
+    from_old = load_run(tmp_path / "a").predict(split)["entropy_percentile"]
+    assert "keeps no fingerprint of the checkpoint" in capsys.readouterr().err
+    np.testing.assert_array_equal(from_old, from_own)
+
+
+def test_predict_out_replaces_an_existing_file_only_with_force(tiny_run, tmp_path, capsys):
+    inputs = tmp_path / "inputs.npz"
+    np.savez(inputs, x=np.zeros((2, 8, 8), dtype=np.float32))
+    out = tmp_path / "keep.csv"
+    out.write_text("the user's own notes\n")
+    argv = ["predict", str(tiny_run), str(inputs), "--out", str(out), "--quiet"]
+    assert main(argv) == 2
+    assert f"--out {out}: exists" in capsys.readouterr().err
+    assert out.read_text() == "the user's own notes\n"
+    assert main([*argv, "--force"]) == 0
+    assert out.read_text().startswith("predicted,")
+
+
+def test_digits_as_scikit_learn_gives_them_are_refused_by_a_digits_run(tiny_run):
+    """``load_digits().images`` are 0–16; the default digits run was trained on 0–1: refused,
+    with both ranges; divided by 16 they are taken, and ``module()`` agrees with ``predict`` on
+    (N, 8, 8) images."""
+    from sklearn.datasets import load_digits
+
+    run = Run.load(tiny_run)
+    images = load_digits().images[:6]
+    with pytest.raises(ProbtransError, match=r"pixels in \[0, 16\], but the training images'"):
+        run.predict(images)
+    columns = run.predict(images / 16.0, samples=2)
+    assert len(columns["predicted"]) == 6
+    network = run.module()
+    inputs, mask = run.data.encode(images / 16.0)
+    with torch.no_grad():  # the same attention noise for both calls
+        torch.manual_seed(0)
+        four = network(inputs, mask)
+        torch.manual_seed(0)
+        three = network(inputs[:, 0], mask)  # (N, 8, 8): one channel added
+    torch.testing.assert_close(three, four)

@@ -14,7 +14,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -122,20 +122,41 @@ class DataSplit:
         return [batches[i] for i in torch.randperm(len(batches), generator=generator)]
 
 
+#: new images whose pixels stray beyond the training pixels' range [lo, hi] by more than this
+#: fraction of its width, on either side, are refused (README, "Ask a trained run")
+RANGE_MARGIN = 0.5
+#: ... and so are images whose pixels span less than this fraction of it (but more than
+#: nothing): a batch in another scale, e.g. pixels in [0, 1] for a run trained on [0, 16]
+MIN_SPAN = 0.125
+
+
 @dataclass(frozen=True)
 class ImageScaling:
     """How raw pixels become model inputs. Integer pixels are 8-bit (0–255) and divided by 255;
     float pixels are taken as they are (in [0, 1] where the training pixels were 8-bit:
-    ``eight_bit``). Then, with ``mean`` and ``std``, x = (p − mean_c) / std_c per channel c."""
+    ``eight_bit``). Then, with ``mean`` and ``std``, x = (p − mean_c) / std_c per channel c.
+    ``pixel_range``: the range of the training pixels p, which new images must fit
+    (:meth:`check_range`)."""
 
     eight_bit: bool = False
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
+    pixel_range: tuple[float, float] | None = None
 
     def __call__(self, pixels: Tensor, what: str = "images") -> Tensor:
-        """pixels (N, C, H, W) → float32 inputs (N, C, H, W); ProbtransError naming ``what``
-        for integer pixels outside 0–255, or float pixels above 1 where the training pixels
-        were 8-bit."""
+        """pixels (N, C, H, W) → float32 inputs (N, C, H, W) (:meth:`pixels`, then
+        :meth:`standardise`)."""
+        return self.standardise(self.pixels(pixels, what))
+
+    def pixels(self, pixels: Tensor, what: str = "images") -> Tensor:
+        """Raw pixels → float32 pixels p; ProbtransError naming ``what`` for boolean pixels,
+        integer pixels outside 0–255, or float pixels above 1 where the training pixels were
+        8-bit."""
+        if pixels.dtype == torch.bool:
+            raise ProbtransError(
+                f"{what}: boolean pixels; give 8-bit integers (0–255) or floats scaled as the "
+                f"training images"
+            )
         if pixels.is_floating_point():
             x = pixels.float()
             if self.eight_bit and len(x) and float(x.max()) > 1.0:
@@ -143,18 +164,47 @@ class ImageScaling:
                     f"{what}: float pixels up to {float(x.max()):g}, but this data set's images "
                     f"are 8-bit: give integers 0–255, or floats in [0, 1]"
                 )
-        else:
-            if len(pixels) and (int(pixels.min()) < 0 or int(pixels.max()) > 255):
-                raise ProbtransError(
-                    f"{what}: integer pixels in [{int(pixels.min())}, {int(pixels.max())}]; "
-                    f"integer pixels are 8-bit (0–255): scale others to floats in [0, 1]"
-                )
-            x = pixels.float() / 255.0
+            return x
+        if len(pixels) and (int(pixels.min()) < 0 or int(pixels.max()) > 255):
+            raise ProbtransError(
+                f"{what}: integer pixels in [{int(pixels.min())}, {int(pixels.max())}]; "
+                f"integer pixels are 8-bit (0–255): scale others to floats in [0, 1]"
+            )
+        return pixels.float() / 255.0
+
+    def standardise(self, x: Tensor) -> Tensor:
+        """Pixels p → (p − mean_c) / std_c per channel (p itself without ``mean``, ``std``)."""
         if self.mean is None or self.std is None:
             return x
         mean = torch.tensor(self.mean, dtype=torch.float32, device=x.device)[:, None, None]
         std = torch.tensor(self.std, dtype=torch.float32, device=x.device)[:, None, None]
         return (x - mean) / std
+
+    def unstandardised(self, x: Tensor) -> Tensor:
+        """Inputs → the pixels p they were standardised from."""
+        if self.mean is None or self.std is None:
+            return x
+        mean = torch.tensor(self.mean, dtype=x.dtype, device=x.device)[:, None, None]
+        std = torch.tensor(self.std, dtype=x.dtype, device=x.device)[:, None, None]
+        return x * std + mean
+
+    def check_range(self, pixels: Tensor, what: str) -> None:
+        """Refuse pixels p (new images) in another range than the training pixels': beyond
+        it by more than :data:`RANGE_MARGIN` of its width, or spanning less than
+        :data:`MIN_SPAN` of it (constant images pass)."""
+        if self.pixel_range is None or not len(pixels):
+            return
+        low, high = self.pixel_range
+        width = high - low
+        given_low, given_high = float(pixels.min()), float(pixels.max())
+        outside = given_low < low - RANGE_MARGIN * width or given_high > high + RANGE_MARGIN * width
+        narrow = 0 < given_high - given_low < MIN_SPAN * width
+        if width > 0 and (outside or narrow):
+            raise ProbtransError(
+                f"{what}: pixels in [{given_low:g}, {given_high:g}], but the training images' "
+                f"were in [{low:g}, {high:g}]: scale them as the training images were (e.g. "
+                f"multiply by {high / given_high if given_high else 1:.3g})"
+            )
 
 
 @dataclass
@@ -206,7 +256,11 @@ class DataBundle:
                 f"{what} of shape {tuple(images.shape)}: this data set's images are (N, "
                 f"{', '.join(map(str, self.image_shape or ()))})"
             )
-        return _check_inputs(self.scaling(images, what), "image", what), None
+        if self.scaling.pixel_range is None:  # kept once known: the splits do not change
+            self.scaling = dataclasses.replace(self.scaling, pixel_range=self.pixel_range())
+        pixels = self.scaling.pixels(images, what)
+        self.scaling.check_range(pixels, what)
+        return _check_inputs(self.scaling.standardise(pixels), "image", what), None
 
     def decode(self, ids: list[int]) -> str:
         """Token ids → the words the model sees (lower-cased, unknown words as [UNK])."""
@@ -214,19 +268,30 @@ class DataBundle:
             raise ProbtransError(f"{self.name}: no tokenizer to decode token ids")
         return decoder(self.tokenizer)(ids)
 
+    def pixel_range(self) -> tuple[float, float] | None:
+        """The range of the training images' pixels (before standardisation): the scaling's,
+        else the training split's (the validation split's where it is not kept); None for
+        token ids."""
+        if self.kind != "image":
+            return None
+        if self.scaling.pixel_range is not None:
+            return self.scaling.pixel_range
+        split = self.train if len(self.train) else self.val
+        if not len(split):
+            return None
+        pixels = self.scaling.unstandardised(split.inputs)
+        return float(pixels.min()), float(pixels.max())
+
     def standardised(self, mean: Sequence[float], std: Sequence[float], why: str) -> DataBundle:
         """A copy whose images are standardised per channel with ``mean`` and ``std`` (of
         pixels in [0, 1], e.g. a pretrained backbone's image processor's, ``why``) instead of
         its own scaling's; new inputs are scaled the same way."""
         old = self.scaling
-        new = ImageScaling(old.eight_bit, tuple(mean), tuple(std))
-        standardise = ImageScaling(False, new.mean, new.std)  # of pixels in [0, 1]
+        new = ImageScaling(old.eight_bit, tuple(mean), tuple(std), self.pixel_range())
 
         def again(split: DataSplit) -> DataSplit:
-            x = split.inputs
-            if old.mean is not None and old.std is not None:  # back to pixels in [0, 1]
-                x = x * torch.tensor(old.std)[:, None, None] + torch.tensor(old.mean)[:, None, None]
-            return DataSplit(standardise(x), split.labels, split.mask)
+            pixels = old.unstandardised(split.inputs)
+            return DataSplit(new.standardise(pixels), split.labels, split.mask)
 
         return dataclasses.replace(
             self,
@@ -258,16 +323,19 @@ class DataBundle:
         val_fraction: float = _DEFAULTS.val_fraction,
         test_fraction: float = _DEFAULTS.test_fraction,
         seed: int = 0,
+        kind: Literal["image", "tokens"] | None = None,
     ) -> DataBundle:
         """A bundle of arrays in memory (torch tensors or numpy arrays), each split an ``(x, y)``.
 
-        ``x`` holds images, (N, C, H, W) or (N, H, W) floats (one channel added), or token ids,
-        (N, L) integers with 0 as padding (mask ``x != 0``; every row needs a token); the kind
-        follows the dtype of ``train``'s ``x``. ``y`` holds classes 0..C−1, C = ``len(class_names)``
-        or else the largest label + 1 (class names "0", "1", …). A missing ``val`` or ``test`` is
-        split off ``train``, stratified by class and seeded by ``seed`` (scikit-learn
-        ``train_test_split``), the fractions being of the given ``train``. ``ood`` is one
-        out-of-domain set named "ood", or a dict of named sets, each ``x`` alone (labels
+        ``x`` holds images, (N, C, H, W) or (N, H, W) (one channel added), or token ids, (N, L)
+        integers with 0 as padding (mask ``x != 0``; every row needs a token). ``kind`` says
+        which; by default float ``x`` are images and integer ``x`` token ids, and uint8 ``x``
+        are refused as ambiguous. Integer images (``kind="image"``) are 8-bit pixels (0–255),
+        scaled to [0, 1], as new images will be. ``y`` holds classes 0..C−1, C =
+        ``len(class_names)`` or else the largest label + 1 (class names "0", "1", …). A missing
+        ``val`` or ``test`` is split off ``train``, stratified by class and seeded by ``seed``
+        (scikit-learn ``train_test_split``), the fractions being of the given ``train``. ``ood``
+        is one out-of-domain set named "ood", or a dict of named sets, each ``x`` alone (labels
         :data:`NO_LABEL`) or a tuple ``(x, y)`` with classes or −1; by default there is none.
         ``vocab_size`` (token ids) defaults to the largest id + 1.
 
@@ -288,7 +356,16 @@ class DataBundle:
                 else _labels_tensor(ood_y, f"{where}: {s} y")
             )
         shapes = {s: tuple(x.shape) for s, x in xs.items()}  # as given, for messages
-        kind = _input_kind(xs["train"], f"{where}: train x")
+        if kind is None and str(getattr(pairs["train"][0], "dtype", "")).endswith("uint8"):
+            raise ProbtransError(
+                f"{where}: train x: dtype uint8: 8-bit images? pass kind='image'; token ids? "
+                f"give them as int64"
+            )
+        kind = kind or _input_kind(xs["train"], f"{where}: train x")
+        scaling = ImageScaling()
+        if kind == "image" and not xs["train"].is_floating_point():
+            scaling = ImageScaling(eight_bit=True)
+            xs = {s: scaling.pixels(x, f"{where}: {s} x") for s, x in xs.items()}
         xs = {s: _check_inputs(x, kind, f"{where}: {s} x") for s, x in xs.items()}
         for s in pairs:
             if not len(xs[s]):
@@ -327,6 +404,7 @@ class DataBundle:
             image_shape=tuple(xs["train"].shape[1:]) if kind == "image" else None,
             vocab_size=vocab,
             description=_description("in-memory tensors", splits, rows, seed),
+            scaling=scaling,
         )
 
     @classmethod

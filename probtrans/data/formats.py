@@ -16,7 +16,9 @@ texts and labels are checked by :mod:`probtrans.data.files` with :func:`text_pro
 :func:`checked_label`. Problems are raised in one line listing the first :data:`MAX_REPORTED`
 (:func:`raise_problems`). A text table that ``datasets`` cannot parse (a bad JSON line, a CSV row
 with extra fields, bytes that are not UTF-8, a truncated gzip file) is read again line by line
-(:func:`numbered_lines`) to name the first bad lines. ``datasets`` is imported on first read,
+(:func:`numbered_lines`) to name the first bad lines; so is a CSV file that it parses but the
+csv module refuses in strict mode (a quote left open, which pandas silently runs on into the
+following lines). ``datasets`` is imported on first read,
 so the table loads without it.
 """
 
@@ -547,6 +549,31 @@ def delimited(delimiter: str, quoting: bool) -> Reader:
             problems.append((len(raw) + 1, stopped))
         return problems, rows
 
+    def quoting_problems(path: Path) -> list[tuple[int, str]]:
+        """The record the csv module refuses in strict mode, of a file that ``datasets`` read:
+        a quote left open takes the lines up to the next quote into one field, which pandas
+        accepts without a word; reported at the line the record starts on."""
+        raw, _ = numbered_lines(path)
+        if not any(b'"' in line for line in raw):
+            return []
+        reader = csv.reader(_decoded(raw)[0], strict=True, **dialect)
+        start = 1
+        with _long_csv_fields():
+            try:
+                for _ in reader:
+                    start = reader.line_num + 1
+            except csv.Error as err:
+                if reader.line_num > start:
+                    return [
+                        (
+                            start,
+                            f"a quoted field opened here runs on to line {reader.line_num}, "
+                            f"where {err} (a quote left open?)",
+                        )
+                    ]
+                return [(start, f"not a valid {what} row ({err})")]
+        return []
+
     def read(path: Path, options: ReadOptions) -> Rows:
         import datasets
 
@@ -573,6 +600,8 @@ def delimited(delimiter: str, quoting: bool) -> Reader:
         except Exception as err:  # a file datasets cannot parse (or decode): find the bad lines
             read_label = options.label_column if options.read_labels else None
             _unreadable(path, *by_hand(path, options, read_label), err)
+        if quoting:
+            raise_problems(quoting_problems(path), lambda number: f"{path}:{number}")
         if rows.labels is not None:
             rows.labels = _integer_strings(rows.labels)
         return rows

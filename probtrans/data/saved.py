@@ -19,10 +19,10 @@ same numbers from its folder as from its data files.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tokenizers import Tokenizer
 
 from probtrans.checkpoint import load_checkpoint, require, save_checkpoint
@@ -46,6 +46,8 @@ class SavedScaling(_Checked):
     eight_bit: bool
     mean: list[float] | None
     std: list[float] | None
+    #: absent in runs written before it was kept
+    pixel_range: Annotated[list[float], Field(min_length=2, max_length=2)] | None = None
 
 
 class SavedData(_Checked):
@@ -80,7 +82,12 @@ def save_bundle(folder: Path, bundle: DataBundle, with_train: bool = False) -> N
             "image_shape": list(bundle.image_shape) if bundle.image_shape else None,
             "vocab_size": bundle.vocab_size,
             "tokenizer": bundle.tokenizer is not None,  # token ids given as such have none
-            "scaling": {"eight_bit": scaling.eight_bit, "mean": scaling.mean, "std": scaling.std},
+            "scaling": {
+                "eight_bit": scaling.eight_bit,
+                "mean": scaling.mean,
+                "std": scaling.std,
+                "pixel_range": bundle.pixel_range(),
+            },
             "sizes": {name: len(split) for name, split in splits.items()},
             "train_saved": with_train,
             "description": bundle.description,
@@ -101,6 +108,7 @@ def load_saved_bundle(folder: Path) -> DataBundle | None:
         info.scaling.eight_bit,
         tuple(info.scaling.mean) if info.scaling.mean else None,
         tuple(info.scaling.std) if info.scaling.std else None,
+        tuple(info.scaling.pixel_range) if info.scaling.pixel_range else None,  # else from val
     )
     tokenizer = None
     if info.tokenizer:

@@ -63,19 +63,38 @@ ELBO_KEYS = ("elbo", "expected_log_likelihood", "kl", "kl_global", "kl_amortised
 UNWEIGHTED_SCALE = "probtrans_unweighted_scale"
 
 
-def self_guided(model: Callable) -> Callable:
-    """``model`` with its attention sites integrated by their own conditional distribution.
+class SelfGuided(nn.Module):
+    """``model`` with its attention sites integrated by their own conditional distribution: what
+    :func:`self_guided` returns. A module that holds the model (an ``nn.Module``, or the module a
+    bound method belongs to) as its submodule ``model``, so ``.parameters()``, ``state_dict``,
+    ``.to(device)``, ``torch.compile`` and Pyro's module-local training loop
+    (``Trace_ELBO()(self_guided(model), guide).parameters()``) see the whole network. A plain
+    nn.Module, not a ``PyroModule``: the model's sites keep their names (no ``model.`` prefix)."""
+
+    def __init__(self, model: Callable) -> None:
+        super().__init__()
+        owner = model if isinstance(model, nn.Module) else getattr(model, "__self__", None)
+        if isinstance(owner, nn.Module):
+            self.model = owner
+        self.__dict__["wrapped"] = model  # called, but not registered a second time
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The model's return value, its self-guided sites hidden from every handler outside
+        (so stochastic attention may take its fused path)."""
+        with fused_attention(), poutine.block(hide_fn=is_self_guided):
+            return self.wrapped(*args, **kwargs)
+
+
+def self_guided(model: Callable) -> SelfGuided:
+    """``model`` with its attention sites integrated by their own conditional distribution, as a
+    module that holds ``model`` (:class:`SelfGuided`): build guides on it and train it (SVI, or
+    Pyro's module-local loop ``Trace_ELBO()(self_guided(model), guide)``, whose ``.parameters()``
+    hold the network's and the guide's parameters).
 
     The sites are hidden, so stochastic attention may take its fused path
-    (:func:`probtrans.contract.fused_attention`).
+    (:func:`probtrans.contract.fused_attention`); every other site keeps its name.
     """
-    blocked = poutine.block(model, hide_fn=is_self_guided)
-
-    def self_guided_model(*args: Any, **kwargs: Any) -> Any:
-        with fused_attention():
-            return blocked(*args, **kwargs)
-
-    return self_guided_model
+    return SelfGuided(model)
 
 
 class KLWeight(Messenger):

@@ -67,7 +67,7 @@ from tqdm.auto import tqdm
 
 from probtrans import metrics
 from probtrans.checkpoint import load_checkpoint, require, save_checkpoint
-from probtrans.contract import local_params
+from probtrans.contract import caller_random_state, local_params
 from probtrans.data import DataBundle
 from probtrans.distributed import Processes, current
 from probtrans.errors import ProbtransError
@@ -530,6 +530,7 @@ class SVITraining:
 
 
 @local_params()
+@caller_random_state()
 def train_classifier(
     classifier: Classifier,
     data: DataBundle,
@@ -551,7 +552,9 @@ def train_classifier(
     continued instead of starting over. ``log_dir``: the run folder that gets the training log
     ``spec.train.logger`` names (:mod:`probtrans.inference.training_log`); none without it.
     The result's ``elbo_terms`` are those of :meth:`SVITraining.training_set_elbo` at the best
-    state (before a Laplace approximation), with the draws of ``seed``.
+    state (before a Laplace approximation), with the draws of ``seed``. Seeded by ``seed``
+    (each process by ``seed`` and its rank); the caller's random state is restored on return
+    (:func:`~probtrans.contract.caller_random_state`).
 
     In a process group (:func:`probtrans.distributed.current`), every process calls this with
     the same arguments; rank 0's ``resumable``, ``on_improve`` and ``log_dir`` are used and the

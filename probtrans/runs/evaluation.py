@@ -23,6 +23,7 @@ import pyro
 import torch
 
 from probtrans import figures
+from probtrans.contract import caller_random_state
 from probtrans.data import DataBundle, DataSplit
 from probtrans.data.file_bundle import add_ood_sets
 from probtrans.data.saved import save_bundle
@@ -238,6 +239,7 @@ def split_labels(data: DataBundle) -> dict[str, np.ndarray]:
     return {name: split.labels.numpy() for name, split in data.splits().items()}
 
 
+@caller_random_state()
 def evaluate(
     run: Run,
     *,
@@ -254,7 +256,8 @@ def evaluate(
     the plain predictive: :meth:`Likelihoods.metrics`). An unreliable LOO is warned about.
     ``adapt``: the predictive of every split adapts to each test batch first
     (:mod:`probtrans.test_time`; ``metrics["adaptation"]`` names it); the training split's
-    features and likelihoods are not adapted."""
+    features and likelihoods are not adapted. Seeded by ``seed``; the caller's random state is
+    restored on return (:func:`~probtrans.contract.caller_random_state`)."""
     samples = run.predictive_samples(samples)
     wanted = max(samples, min(loo_draws(run.inference_spec.predictive), run.kept_draws()))
     draws = run.posterior_samples(wanted, seed)  # the only draw of the posterior
@@ -313,6 +316,7 @@ def save_run_data(run: Run) -> None:
     save_bundle(run.path, run.data, with_train=needed and len(run.data.train) > 0)
 
 
+@caller_random_state()
 def evaluate_run(
     run_dir: str | Path,
     *,
@@ -332,7 +336,8 @@ def evaluate_run(
     test-time adaptation to each batch (:func:`evaluate`), checked against the model before
     anything is computed. The files are written into
     a copy of the folder that then replaces it (:func:`~probtrans.runs.folder.staged_copy`):
-    whatever stops the evaluation, the folder is the old run or the new one."""
+    whatever stops the evaluation, the folder is the old run or the new one. The caller's
+    random state is restored on return (:func:`~probtrans.contract.caller_random_state`)."""
     seed = check_seed(seed, f"seed = {seed!r}")
     run = load_run(run_dir, device)
     options = None

@@ -22,6 +22,7 @@ import pyro
 
 from probtrans import distributed
 from probtrans.checkpoint import save_checkpoint
+from probtrans.contract import caller_random_state
 from probtrans.data import DataBundle, load_data
 from probtrans.errors import ProbtransError, in_file
 from probtrans.hub import backbone_folder, keep_backbone
@@ -70,6 +71,7 @@ def guide_identity(guide: GuideChoice) -> str:
     return f"{getattr(target, '__module__', '')}.{name}".lstrip(".")
 
 
+@caller_random_state()
 def fit(
     model: SpecSource,
     inference: SpecSource,
@@ -94,7 +96,9 @@ def fit(
     ``predictive.samples`` posterior draws of it. ``data``: an in-memory
     :class:`~probtrans.data.DataBundle` instead of the model spec's ``[data]``. Everything
     random is seeded by ``seed`` before the network is built, so two fits with one seed are
-    identical. An interrupted fit into the same ``out`` continues from its last finished epoch.
+    identical, and the caller's random state (Python's ``random``, NumPy's, torch's) is restored
+    on return (:func:`~probtrans.contract.caller_random_state`). An interrupted fit into the
+    same ``out`` continues from its last finished epoch.
 
     In a process group (``torchrun``; :mod:`probtrans.distributed`) every process calls ``fit``
     with the same arguments and they train one model together; rank 0 alone writes the run

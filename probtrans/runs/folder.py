@@ -12,7 +12,9 @@ Run folder (:data:`RUN_FILES`):
                                  (:mod:`probtrans.runs.evaluation`) and the :class:`RunInfo`
     probs.npz                    class probabilities (S, N, C) of every variant on the validation
                                  and test splits and every out-of-domain set, free energies (N,),
-                                 feature-space scores (N,)
+                                 feature-space scores (N,), and the SHA-256 of the checkpoint.pt
+                                 they were computed from: a probs.npz of another checkpoint (a
+                                 copy from another run) is not read as this run's
     feature_scores.npz           the feature-space scores fitted on the training split
                                  (:mod:`probtrans.feature_scores`), for new inputs
     predictive.nc                ArviZ InferenceData (NetCDF): the test posterior predictive, the
@@ -40,6 +42,7 @@ old complete run or the new one, never a mix.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import shutil
 from dataclasses import dataclass
@@ -93,6 +96,8 @@ RESUME = "resume.pt"
 ENERGY = "energy."
 #: the prefix of the feature-space scores' keys in ``probs.npz``
 FEATURE = "feature."
+#: the key of ``probs.npz`` holding the SHA-256 of the ``checkpoint.pt`` it was computed from
+FINGERPRINT = "checkpoint/sha256"
 FeatureScores = dict[str, dict[str, np.ndarray]]  # split → score → (N,)
 
 
@@ -264,8 +269,13 @@ def write_probs(
     features: FeatureScores | None = None,
 ) -> None:
     """``probs.npz``: ``{variant}/{split}`` (S, N, C), ``labels/{split}`` (N,),
-    ``energy.{variant}/{split}`` (N,) and ``feature.{score}/{split}`` (N,)."""
+    ``energy.{variant}/{split}`` (N,), ``feature.{score}/{split}`` (N,) and ``checkpoint/sha256``,
+    the :func:`checkpoint_fingerprint` of the run in the folder it is written into (by which it
+    is known as that run's: :func:`probs_origin`)."""
     arrays = {f"{v}/{s}": p.astype(np.float32) for v, by in probs.items() for s, p in by.items()}
+    fingerprint = checkpoint_fingerprint(Path(path).parent)
+    if fingerprint is not None:
+        arrays[FINGERPRINT] = np.array(fingerprint)
     arrays.update({f"labels/{split}": value for split, value in labels.items()})
     arrays.update(
         {
@@ -292,6 +302,7 @@ class KeptPredictives:
     labels: dict[str, np.ndarray]  # split → (N,)
     energy: Energy  # variant → split → (N,); none in runs written before they were kept
     features: FeatureScores  # split → score → (N,); none in runs without feature scores
+    fingerprint: str | None = None  # of the checkpoint.pt computed from; None: not kept (old)
 
     def given(self, variant: str) -> dict[str, dict[str, np.ndarray]]:
         """split → score → (N,): the scores the network gives for ``variant``: its free energy
@@ -319,7 +330,11 @@ def read_probs(path: Path) -> KeptPredictives:
     energy: Energy = {}
     features: FeatureScores = {}
     labels = {}
-    for key, value in read_npz(path).items():
+    arrays = read_npz(path)
+    fingerprint = arrays.pop(FINGERPRINT, None)
+    if fingerprint is not None and (fingerprint.ndim != 0 or fingerprint.dtype.kind != "U"):
+        raise DamagedFile(path, f"an entry {FINGERPRINT} that is not a SHA-256 in hex")
+    for key, value in arrays.items():
         variant, slash, split = key.partition("/")
         if not slash or not split:
             raise DamagedFile(path, f"an entry {key[:60]!r} that is not VARIANT/SPLIT")
@@ -344,7 +359,34 @@ def read_probs(path: Path) -> KeptPredictives:
                     f"{variant}/{split} of shape {value.shape} does not match its labels "
                     f"({'none' if rows is None else len(rows)}): want (S, N, C)",
                 )
-    return KeptPredictives(probs, labels, energy, features)
+    return KeptPredictives(
+        probs, labels, energy, features, None if fingerprint is None else str(fingerprint)
+    )
+
+
+def checkpoint_fingerprint(folder: Path) -> str | None:
+    """The SHA-256 (hex) of the bytes of ``folder/checkpoint.pt`` (None without one): what the
+    run's ``probs.npz`` keeps. A checkpoint's bytes depend on nothing but its content
+    (:func:`probtrans.checkpoint.save_checkpoint`)."""
+    path = folder / "checkpoint.pt"
+    if not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def probs_origin(folder: Path, kept: KeptPredictives) -> str:
+    """Whose ``probs.npz`` ``kept`` (read from ``folder``) is: ``"this run"`` (computed from
+    the folder's ``checkpoint.pt``), ``"another run"`` (from another checkpoint: copied from
+    another run, or left by an earlier fit), or ``"unknown"`` (a ``probs.npz`` written before
+    it kept its checkpoint's fingerprint, or a folder without a checkpoint)."""
+    own = checkpoint_fingerprint(folder)
+    if kept.fingerprint is None or own is None:
+        return "unknown"
+    return "this run" if kept.fingerprint == own else "another run"
 
 
 def read_feature_density(path: Path) -> FeatureDensity:

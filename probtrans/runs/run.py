@@ -18,9 +18,10 @@ from torch import nn
 from probtrans import metrics
 from probtrans.attention import inducing_sites
 from probtrans.checkpoint import UnreadableCheckpoint, load_checkpoint, require
-from probtrans.contract import keep_params_local, local_params
+from probtrans.contract import caller_random_state, keep_params_local, local_params
 from probtrans.data import DataBundle, DataSplit, load_data
 from probtrans.data.saved import load_saved_bundle
+from probtrans.data.tokenizer import pad_id
 from probtrans.errors import ProbtransError, in_file
 from probtrans.feature_scores import FeatureDensity
 from probtrans.hub import run_backbone
@@ -30,7 +31,13 @@ from probtrans.io import read_json
 from probtrans.model import Classifier, build_classifier
 from probtrans.prediction import prediction_columns
 from probtrans.resolve import load_inference_spec, load_model_spec, spec_folder
-from probtrans.runs.folder import FEATURE_FILE, KeptPredictives, read_feature_density, read_probs
+from probtrans.runs.folder import (
+    FEATURE_FILE,
+    KeptPredictives,
+    probs_origin,
+    read_feature_density,
+    read_probs,
+)
 from probtrans.specs import InferenceSpec, ModelSpec
 from probtrans.test_time import Options, adaptation_options, adapted_predictive
 
@@ -94,11 +101,13 @@ class Run:
         """The posterior draws of a predictive: ``asked``, else ``[predictive] samples``."""
         return asked or self.inference_spec.predictive.samples
 
+    @caller_random_state()
     def posterior_samples(self, samples: int, seed: int = 0) -> dict[str, torch.Tensor]:
         """S draws of every global site (weights with priors, inducing variables): site →
         (S, ...). From the guide, seeded; for a guide given in Python and read back from the
         folder, the first S of the draws its checkpoint keeps. The draws are taken one after
-        the other, so the first S of more draws with one seed are these S."""
+        the other, so the first S of more draws with one seed are these S. The caller's random
+        state is restored on return (:func:`~probtrans.contract.caller_random_state`)."""
         if samples <= 0:
             raise ProbtransError(f"samples = {samples}: must be > 0")
         if self.guide is None:
@@ -121,6 +130,7 @@ class Run:
         return min(len(value) for value in self.draws.values())
 
     @local_params()
+    @caller_random_state()
     def predict(
         self,
         inputs: list[str] | torch.Tensor | np.ndarray | DataSplit,
@@ -141,7 +151,9 @@ class Run:
         the same numbers as ``probtrans predict``. ``adapt`` (``"em"``, ``"tent"`` or their
         options; ``adapt_online``: Tent's state carried between batches) adapts the model to
         each batch of ``inputs`` before predicting it (:mod:`probtrans.test_time`); the
-        percentiles stay those of the run's unadapted validation predictive."""
+        percentiles stay those of the run's unadapted validation predictive. Seeded by
+        ``seed``; the caller's random state is restored on return
+        (:func:`~probtrans.contract.caller_random_state`)."""
         samples = self.predictive_samples(samples)
         split = inputs if isinstance(inputs, DataSplit) else self.as_split(inputs)
         draws = self.posterior_samples(samples, seed)
@@ -180,9 +192,32 @@ class Run:
         )
 
     def kept_predictives(self) -> KeptPredictives | None:
-        """What the run's ``probs.npz`` keeps (the validation predictive and scores), if any."""
+        """What the run's ``probs.npz`` keeps (the validation predictive and scores), if any. A
+        ``probs.npz`` computed from another checkpoint than the run's (copied from another run)
+        is ignored with a note: the caller computes the validation predictive again. One
+        written before ``probs.npz`` kept its checkpoint's fingerprint is read, with a note
+        that it cannot be checked (:func:`~probtrans.runs.folder.probs_origin`)."""
         path = self.path / "probs.npz"
-        return read_probs(path) if path.is_file() else None
+        if not path.is_file():
+            return None
+        kept = read_probs(path)
+        origin = probs_origin(self.path, kept)
+        if origin == "another run":
+            print(
+                f"note: {path} was not computed from this run's checkpoint.pt (copied from "
+                f"another run?): ignored, the validation predictive is computed again; "
+                f"probtrans evaluate {self.path} rewrites it",
+                file=sys.stderr,
+            )
+            return None
+        if origin == "unknown":
+            print(
+                f"note: {path} keeps no fingerprint of the checkpoint it was computed from "
+                f"(written before probtrans kept one), so it cannot be checked against this run; "
+                f"read as it is (probtrans evaluate {self.path} rewrites it)",
+                file=sys.stderr,
+            )
+        return kept
 
     def feature_density(self) -> FeatureDensity | None:
         """The feature-space scores fitted on the run's training split (its
@@ -220,7 +255,8 @@ class Run:
                 f"or token ids (N, L)"
             )
         ids = values.long()
-        return DataSplit.unlabelled(ids, ids != 0)
+        padding = pad_id(self.data.tokenizer) if self.data.tokenizer is not None else 0
+        return DataSplit.unlabelled(ids, ids != padding)
 
     def module(self, draw: str | int = "mean") -> nn.Module:
         """The trained network as a plain module: the classifier with every random weight fixed
@@ -260,9 +296,12 @@ def seeded_draws(
     return posterior_draws(guide, samples, split, device)
 
 
+@caller_random_state()
 def load_run(run_dir: str | Path, device: str = "cpu", data: DataBundle | None = None) -> Run:
     """Rebuild the classifier and guide of a run folder from its checkpoint, with the spec texts
-    the checkpoint keeps (the folder's copies are for reading; a note says if they differ).
+    the checkpoint keeps (the folder's copies are for reading; a note says if they differ). The
+    caller's random state is restored on return (building the network draws initial weights that
+    the checkpoint then replaces).
 
     The data come from the folder (:mod:`probtrans.data.saved`); ``data`` replaces them. A run
     written before runs kept their data reads its model spec's ``[data]``."""
