@@ -486,3 +486,40 @@ def test_npz_files_that_are_not_archives_of_arrays_are_refused_safely(tmp_path):
         with pytest.raises(ProbtransError, match=message) as caught:
             read_images(parse_source(str(path)))
         assert "allow_pickle" not in str(caught.value)
+
+
+def test_an_unreachable_hub_fails_at_once_without_retries(monkeypatch):
+    """No network: one failed request, then one error line (not ``datasets``' five retries,
+    about 25 s); a data set the hub does not have is said so."""
+    import time
+
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    from probtrans.data.files import read_texts
+
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    calls = []
+
+    def no_network(self, repo_id, **kwargs):
+        calls.append(repo_id)
+        raise ConnectionError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(HfApi, "dataset_info", no_network)
+    started = time.perf_counter()
+    unreachable = r"hf:stanfordnlp/sst2@train: the Hugging Face hub cannot be reached .*OFFLINE=1"
+    with pytest.raises(ProbtransError, match=unreachable):
+        read_texts(parse_source("hf:stanfordnlp/sst2"))
+    assert time.perf_counter() - started < 5 and calls == ["stanfordnlp/sst2"]
+
+    class NotOnTheHub(RepositoryNotFoundError):
+        def __init__(self) -> None:  # the hub's 404, without an HTTP response object
+            Exception.__init__(self, "404")
+
+    def missing(self, repo_id, **kwargs):
+        raise NotOnTheHub()
+
+    monkeypatch.setattr(HfApi, "dataset_info", missing)
+    with pytest.raises(ProbtransError, match="no such data set on the Hugging Face hub"):
+        read_texts(parse_source("hf:nobody/nothing"))

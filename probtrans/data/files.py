@@ -182,6 +182,30 @@ def _checked(rows: Rows, options: ReadOptions, column: str | None) -> Rows:
 
 
 # ----------------------------------------------------------------------------- Hugging Face
+def check_hub_reachable(hub_id: str, name: str) -> None:
+    """Fail at once, rather than after ``datasets``' retries (about 25 s), when the hub cannot
+    be reached or has no such data set: one request (none under ``HF_HUB_OFFLINE`` or
+    ``HF_DATASETS_OFFLINE``, where ``datasets`` reads its cache without retrying)."""
+    offline = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    if any(os.environ.get(var, "") not in ("", "0") for var in offline):
+        return
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    try:
+        HfApi().dataset_info(hub_id, timeout=10)
+    except RepositoryNotFoundError:
+        raise ProbtransError(f"{name}: no such data set on the Hugging Face hub") from None
+    except HfHubHTTPError:
+        return  # reachable; datasets says what is wrong (gated, private...)
+    except Exception as err:  # no network: a connection error of the HTTP client
+        raise ProbtransError(
+            f"{name}: the Hugging Face hub cannot be reached ({reason(err)}); it needs a "
+            f"network, or HF_HUB_OFFLINE=1 to read a copy in the local cache, or give a local "
+            f"file or a folder written by save_to_disk"
+        ) from None
+
+
 def _hf_dataset(source: Source, split: str) -> tuple[datasets.Dataset, str]:
     """The split of a saved folder or hub dataset, and how messages name it."""
     split = source.split or split
@@ -205,6 +229,7 @@ def _hf_dataset(source: Source, split: str) -> tuple[datasets.Dataset, str]:
             )
         return loaded, str(source.path)
     name = str(Source(source.text, None, source.hub_id, source.config, split))
+    check_hub_reachable(source.hub_id, name)
     try:
         dataset = datasets.load_dataset(source.hub_id, source.config, split=split)
     except Exception as err:  # offline, unknown id, unknown split...
