@@ -83,3 +83,29 @@ def test_every_registered_guide_has_words():
 def test_one_point_mass_guide_serves_weights_and_inducing_variables():
     assert GUIDES.get("delta", "guide.name").build is delta_guide
     assert INDUCING_GUIDES.get("delta", "guide.inducing").build is delta_guide
+
+
+def test_an_autoguide_class_given_in_python_starts_at_the_specs_init_scale():
+    """``fit(..., guide=AutoNormal)``: Pyro's default init_scale (0.1) is replaced by the
+    inference specs' 0.01 unless the call names one (then it is kept)."""
+    import functools
+
+    from pyro.infer.autoguide import AutoNormal
+
+    from probtrans.contract import local_params
+    from probtrans.data import load_data
+    from probtrans.inference.guide import AUTOGUIDE_INIT_SCALE, given_guide
+
+    spec = tiny_spec(prior="last_layer")
+    data = load_data(spec.data)
+    classifier = build_classifier(spec, data)
+    asked = {None: AUTOGUIDE_INIT_SCALE, 0.2: 0.2}
+    for given, expected in asked.items():
+        factory = AutoNormal if given is None else functools.partial(AutoNormal, init_scale=given)
+        guide = given_guide(classifier, factory, data.val)
+        _, inputs, mask, labels = next(data.val.batches(2))
+        with torch.no_grad(), local_params():  # each guide its own parameters
+            draws = torch.stack([guide(inputs, mask, labels)["head.weight"] for _ in range(400)])
+        spread = float(draws.std(0).mean())
+        assert spread == pytest.approx(expected, rel=0.1), (given, spread)
+    assert AUTOGUIDE_INIT_SCALE == GuideSpec().init_scale

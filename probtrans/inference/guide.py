@@ -16,6 +16,7 @@ parameters in its modules wherever it is called (:func:`probtrans.contract.keep_
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -116,15 +117,33 @@ def is_factory(choice: GuideChoice) -> bool:
     )
 
 
+#: the ``init_scale`` of an autoguide class given in Python that names none: the inference
+#: specs' (:class:`~probtrans.specs.GuideSpec`), where Pyro's own, 0.1, starts a mean-field guide
+#: over a network's weights too noisy to train (it stayed at chance on digits)
+AUTOGUIDE_INIT_SCALE: float = GuideSpec.model_fields["init_scale"].default
+
+
+def with_init_scale(factory: Callable) -> Callable:
+    """``factory`` with ``init_scale`` = :data:`AUTOGUIDE_INIT_SCALE` where it is an autoguide
+    class, or a ``functools.partial`` of one, that takes one and was not given one."""
+    target = factory.func if isinstance(factory, functools.partial) else factory
+    given = factory.keywords if isinstance(factory, functools.partial) else {}
+    takes = isinstance(target, type) and issubclass(target, AutoGuide)
+    if takes and "init_scale" in inspect.signature(target).parameters and "init_scale" not in given:
+        return functools.partial(factory, init_scale=AUTOGUIDE_INIT_SCALE)
+    return factory
+
+
 @local_params()
 def given_guide(
     classifier: Classifier, choice: GuideChoice, example: DataSplit, device: str = "cpu"
 ) -> Callable:
-    """The guide ``choice`` stands for on ``classifier`` (:data:`GuideChoice`), called once on two
-    rows of ``example`` so that its parameters exist."""
+    """The guide ``choice`` stands for on ``classifier`` (:data:`GuideChoice`; an autoguide class
+    without ``init_scale`` gets :data:`AUTOGUIDE_INIT_SCALE`), called once on two rows of
+    ``example`` so that its parameters exist."""
     model = self_guided(classifier)
     if is_factory(choice):
-        guide = choice(model)
+        guide = with_init_scale(choice)(model)
     elif isinstance(choice, AutoGuide):  # the model is built here, so it was built on another
         raise ProbtransError(
             f"guide {type(choice).__name__}: an autoguide built on another model; pass its "
