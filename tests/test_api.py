@@ -423,3 +423,30 @@ def test_the_api_is_imported_on_first_use():
         "Run.load probtrans.runs.fitting self_guided DataBundle Encoder",
         "False",
     ]
+
+
+def test_a_fit_without_out_removes_its_temporary_folder_when_closed_or_collected(tmp_path):
+    """``fit`` without ``out`` writes into a temporary folder that the run removes: on
+    ``close()``, on leaving ``with``, or when it is collected; a folder given as ``out`` stays."""
+    import gc
+
+    model = tmp_path / "tiny.toml"
+    model.write_text(TINY_MODEL)
+    inference = tiny_inference(tmp_path, "map")
+    run = probtrans.fit(model, inference, epochs=1, progress=False)
+    folder = run.path
+    assert (folder / "metrics.json").is_file() and folder.name.startswith("probtrans-run-")
+    run.close()
+    assert not folder.exists()
+    with probtrans.fit(model, inference, epochs=1, progress=False) as run:
+        folder = run.path
+        assert run.predict(run.data.test.inputs[:2], samples=2)["predicted"].shape == (2,)
+    assert not folder.exists()
+    folder = probtrans.fit(model, inference, epochs=1, progress=False).path
+    gc.collect()
+    assert not folder.exists()
+    kept = probtrans.fit(model, inference, out=tmp_path / "kept", epochs=1, progress=False)
+    kept.close()
+    del kept
+    gc.collect()
+    assert (tmp_path / "kept" / "metrics.json").is_file()

@@ -89,8 +89,10 @@ def fit(
     folder; returns the :class:`Run` (its metrics: ``run.metrics``).
 
     ``model``, ``inference``: spec files or spec objects (:class:`~probtrans.specs.ModelSpec`,
-    :class:`~probtrans.specs.InferenceSpec`). ``out``: the run folder (default: a new temporary
-    folder, ``run.path``); replaced only if it is a run folder, unless ``force``. ``guide``: a
+    :class:`~probtrans.specs.InferenceSpec`). ``out``: the run folder, replaced only if it is a
+    run folder, unless ``force``; by default a new temporary folder (``run.path``) that the run
+    removes when it is closed (``run.close()``, or ``with probtrans.fit(...) as run:``) or
+    collected (under torchrun, where every process holds the run, it is left). ``guide``: a
     Pyro guide or a factory ``model -> guide`` (e.g. ``AutoNormal``), used instead of the one
     the inference spec names; it is built on the self-guided model and the folder keeps
     ``predictive.samples`` posterior draws of it. ``data``: an in-memory
@@ -113,7 +115,8 @@ def fit(
     texts = {"model_spec": model_text, "inference_spec": inference_text}
     if epochs is not None:
         inference_spec = updated(inference_spec, {"train.epochs": epochs}, f"--epochs = {epochs}")
-    if out is None:  # one new folder, the same for every process
+    temporary = out is None
+    if temporary:  # one new folder, the same for every process
         out = processes.share(lambda: tempfile.mkdtemp(prefix="probtrans-run-"))
     out_dir = Path(out)
     processes.share(lambda: check_replaceable(out_dir, force))
@@ -162,6 +165,8 @@ def fit(
             replace_folder(staging, out_dir)
             run.path = out_dir
     processes.share(lambda: None)  # every process returns once the folder is written
+    if temporary and not processes.distributed:  # several processes: the folder is left
+        run.own_temporary_folder()
     return run
 
 

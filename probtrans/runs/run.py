@@ -4,7 +4,9 @@ folder; :func:`load_run` reads one back from its folder (:mod:`probtrans.runs.fo
 from __future__ import annotations
 
 import copy
+import shutil
 import sys
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +63,10 @@ class Run:
 
     ``guide`` is None for a run whose guide was given in Python and which was read back from its
     folder: its posterior is the ``draws`` kept in its checkpoint (site → (S, ...)).
+
+    A run that :func:`~probtrans.runs.fit` wrote into a temporary folder of its own (no
+    ``out``) removes that folder when it is closed (:meth:`close`, or leaving ``with run:``) or
+    collected; any other folder is the caller's and stays.
     """
 
     model_spec: ModelSpec
@@ -71,6 +77,23 @@ class Run:
     path: Path
     draws: dict[str, torch.Tensor] | None = None
     guide_name: str = ""  # a guide given in Python: what it is; else the spec's guide.name
+
+    def own_temporary_folder(self) -> None:
+        """Remove :attr:`path` (a temporary folder made for this run) when the run is closed or
+        collected, or the interpreter exits."""
+        self._remove_folder = weakref.finalize(self, shutil.rmtree, self.path, True)
+
+    def close(self) -> None:
+        """Remove the run's temporary folder, if it has one (see the class docstring)."""
+        remove = getattr(self, "_remove_folder", None)
+        if remove is not None:
+            remove()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
     @classmethod
     def load(cls, path: str | Path, device: str = "cpu", data: DataBundle | None = None) -> Run:
