@@ -61,7 +61,7 @@ def test_a_point_mass_posterior_has_p_loo_0_and_no_pareto_diagnosis(map_run):
     assert written["loo_k_bad"] == 0
     assert "point-mass" in written["loo_note"] and "∞" not in written["loo_note"]
     idata = az.from_netcdf(map_run / "predictive.nc")
-    log_lik = idata.log_likelihood["y"].values[0]  # (S, N_train)
+    log_lik = idata.log_likelihood["y_train"].values[0]  # (S, N_train)
     assert (log_lik == log_lik[:1]).all()
     assert written["loo"] == pytest.approx(log_lik[0].sum())
     loo = psis_loo(log_lik, point_mass=True)
@@ -70,7 +70,7 @@ def test_a_point_mass_posterior_has_p_loo_0_and_no_pareto_diagnosis(map_run):
 
 def test_mfvi_at_the_default_settings_has_finite_pareto_k_on_the_training_examples(mfvi_run):
     idata = az.from_netcdf(mfvi_run / "predictive.nc")
-    assert idata.log_likelihood["y"].shape[1] == AUTOMATIC_LOO_SAMPLES  # loo_samples unset
+    assert idata.log_likelihood["y_train"].shape[1] == AUTOMATIC_LOO_SAMPLES  # loo_samples unset
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # ArviZ's k̂ warning
         loo = az.loo(idata, pointwise=True)
@@ -94,23 +94,26 @@ def test_heldout_elpd_is_the_log_mean_over_draws_of_the_label_probability(mfvi_r
     np.testing.assert_allclose(values, pointwise, rtol=1e-12)
     # with the local randomness averaged over R replicas: the same quantity, another estimate
     idata = az.from_netcdf(mfvi_run / "predictive.nc")
-    per_draw = idata.posterior_predictive["log_lik_test"].values[0]  # (S, N)
-    replicated = logsumexp(per_draw, axis=0) - math.log(n_draws)
+    per_draw = idata.posterior_predictive["log_lik_test"].values[0]  # (S', N)
+    replicated = logsumexp(per_draw, axis=0) - math.log(len(per_draw))
     assert abs(replicated.sum() - elpd) < 3 * se
 
 
 def test_the_posterior_group_holds_every_global_site_as_the_guide_draws_it(mfvi_run):
+    """The posterior, the log-likelihood and the posterior predictive share the LOO's draws
+    (ArviZ's convention), the first of those evaluate drew."""
     idata = az.from_netcdf(mfvi_run / "predictive.nc")
     run = load_run(mfvi_run)
-    samples = run.inference_spec.predictive.samples
-    draws = run.posterior_samples(samples, seed=0)  # the seed evaluate used
+    shared = AUTOMATIC_LOO_SAMPLES
+    draws = run.posterior_samples(shared, seed=0)  # the seed evaluate used
     sites = global_sites(run.classifier)
     assert sites and set(idata.posterior.data_vars) == set(sites)
     for site in sites:
         value = idata.posterior[site].values
-        assert value.shape == (1, samples, *draws[site].shape[1:])
+        assert value.shape == (1, shared, *draws[site].shape[1:])
         np.testing.assert_array_equal(value[0], draws[site].numpy())
-    assert idata.posterior_predictive.sizes["draw"] == samples
+    for group in ("posterior", "log_likelihood", "posterior_predictive"):
+        assert idata[group].sizes["draw"] == shared, group
 
 
 def test_az_loo_on_the_file_is_psis_loo_over_the_training_examples(mfvi_run):
@@ -122,8 +125,33 @@ def test_az_loo_on_the_file_is_psis_loo_over_the_training_examples(mfvi_run):
         warnings.simplefilter("ignore", UserWarning)  # ArviZ's k̂ warning
         loo = az.loo(idata)
     assert loo.n_data_points == len(load_run(mfvi_run).data.train)
-    assert list(idata.log_likelihood.data_vars) == ["y"]
+    assert list(idata.log_likelihood.data_vars) == ["y_train"]
     assert idata.observed_data["y_train"].shape == (loo.n_data_points,)
+
+
+def test_arviz_reads_the_file_by_its_conventions(mfvi_run):
+    """``y_train`` and ``y_test`` in every group that has them, the same draws: ``az.loo_pit``,
+    ``az.plot_ppc``, ``az.summary`` and ``az.plot_forest`` run on ``predictive.nc`` as it is,
+    and the posterior-predictive labels follow each draw's class probabilities."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    idata = az.from_netcdf(mfvi_run / "predictive.nc")
+    assert set(idata.observed_data.data_vars) == {"y_train", "y_test"}
+    assert {"y_train", "y_test"} <= set(idata.posterior_predictive.data_vars)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        pit = az.loo_pit(idata, y="y_train")
+    assert pit.shape == idata.observed_data["y_train"].shape and ((0 <= pit) & (pit <= 1)).all()
+    axes = az.plot_ppc(idata, num_pp_samples=20)
+    assert len(np.ravel(axes)) == 2  # y_train and y_test
+    summary = az.summary(idata, kind="stats")
+    assert len(summary) and "head.bias[0]" in summary.index
+    az.plot_forest(idata, var_names=["head.bias"])
+    drawn = idata.posterior_predictive["y_test"].values[0]  # (S, N)
+    observed = idata.observed_data["y_test"].values  # (N,)
+    p_observed = np.exp(idata.posterior_predictive["log_lik_test"].values[0])  # (S, N)
+    assert (drawn == observed).mean() == pytest.approx(p_observed.mean(), abs=0.02)
 
 
 def test_psis_loo_flags_too_few_draws_and_agrees_with_arviz():

@@ -28,13 +28,14 @@ from tests.test_reliability import run_files, snapshot
 
 def consistent(folder: Path) -> int:
     """The posterior sample count of a complete run folder: ``metrics.json``'s, which must be
-    that of ``probs.npz`` and ``predictive.nc``."""
+    that of ``probs.npz`` and of ``predictive.nc``'s out-of-domain predictions (its posterior
+    predictive holds the draws it shares with the LOO's likelihood)."""
     import arviz as az
 
     said = json.loads((folder / "metrics.json").read_text())["posterior_samples"]
     with np.load(folder / "probs.npz") as probs:
         assert probs["plain/test"].shape[0] == said
-    assert az.from_netcdf(folder / "predictive.nc").posterior_predictive.sizes["draw"] == said
+    assert az.from_netcdf(folder / "predictive.nc").predictions.sizes["draw"] == said
     return said
 
 

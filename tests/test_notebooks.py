@@ -124,7 +124,8 @@ def test_posterior_predictive_notebook_trains_its_run_on_a_fresh_checkout(fresh_
     assert (checkout / "runs" / "digits-h_sto-map" / "probs.npz").is_file()
     assert "p(true) ± std" in text and "digits_8_9  auroc" in text
     assert "out of domain" not in text  # digits 8 and 9 are no in-domain class
-    assert "predictive.nc holds the test draws of probs.npz: True" in text
+    shared = "{'posterior': 400, 'log_likelihood': 400, 'posterior_predictive': 400}"
+    assert f"predictive.nc: draws per group {shared}" in text  # ArviZ's convention
     assert "point-mass posterior (p_loo = 0)" in text and "Pareto k̂ does not apply" in text
 
 

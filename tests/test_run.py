@@ -67,9 +67,10 @@ def test_fit_writes_a_complete_run_that_evaluate_reproduces(
     idata = az.from_netcdf(out / "predictive.nc")
     n_test, n_ood = written_sizes(out)
     n_train = len(load_run(out).data.train)
-    assert idata.posterior_predictive["probs"].shape == (1, 4, n_test, 8)
-    assert idata.posterior_predictive["log_lik_test"].shape == (1, 4, n_test)
-    assert idata.log_likelihood["y"].shape == (1, AUTOMATIC_LOO_SAMPLES, n_train)  # training
+    shared = AUTOMATIC_LOO_SAMPLES  # the draws the posterior, likelihood and predictive share
+    assert idata.posterior_predictive["y_test"].shape == (1, shared, n_test)
+    assert idata.posterior_predictive["log_lik_test"].shape == (1, shared, n_test)
+    assert idata.log_likelihood["y_train"].shape == (1, shared, n_train)  # training
     assert idata.predictions["probs_digits_8_9"].shape == (1, 4, n_ood, 8)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # k̂: a point mass's is ∞ (metrics say so)
@@ -117,7 +118,7 @@ def test_evaluate_draws_the_posterior_once_and_its_first_draws_are_the_predictiv
     assert calls == [12]  # one draw: max(samples = 4, loo_samples = 12)
     assert again["posterior_samples"] == 4 and again["loo"] == pytest.approx(before["loo"])
     idata = az.from_netcdf(out / "predictive.nc")
-    assert idata.log_likelihood["y"].shape[1] == 12 and idata.posterior.sizes["draw"] == 4
+    assert idata.log_likelihood["y_train"].shape[1] == 12 and idata.posterior.sizes["draw"] == 12
 
 
 def written_sizes(out):

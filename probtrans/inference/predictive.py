@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pyro
@@ -176,23 +177,43 @@ def log_likelihood(
     seed: int = 0,
     progress: bool = False,
 ) -> np.ndarray:
-    """The pointwise log-likelihood of each global draw W_s (``draws``: global site → (S, ...))
-    on the labelled ``split``, the local randomness â (attention samples, SGPA outputs) averaged
-    out over R = ``replicas`` draws: log (1/R) Σ_r p(y_n | x_n, W_s, â_r) → (S, N) float64.
+    """The pointwise log-likelihood of each global draw W_s on the labelled ``split``, the
+    local randomness averaged out: log (1/R) Σ_r p(y_n | x_n, W_s, â_r) → (S, N) float64
+    (:func:`draw_predictive`)."""
+    return draw_predictive(classifier, draws, split, replicas, batch_size, device, seed, progress)[
+        0
+    ]
+
+
+def draw_predictive(
+    classifier: Classifier,
+    draws: dict[str, Tensor],
+    split: DataSplit,
+    replicas: int,
+    batch_size: int = 256,
+    device: str = "cpu",
+    seed: int = 0,
+    progress: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each global draw W_s (``draws``: global site → (S, ...)) on the labelled ``split``,
+    the local randomness â (attention samples, SGPA outputs) averaged out over R = ``replicas``
+    draws: the class probabilities p̄_s(c | x_n) = (1/R) Σ_r p(c | x_n, W_s, â_r) → (S, N, C),
+    and the pointwise log-likelihood log p̄_s(y_n | x_n) → (S, N), both float64.
 
     Conditioned on one draw of â, the likelihood of W_s would carry the noise of â, so that even
     a point-mass posterior would look uncertain to PSIS-LOO. The R replicas are the same random
     numbers for every draw (the local randomness is seeded with ``seed`` before each draw's
     pass: common random numbers), so rows differ by W_s alone. Cost, in passes over ``split``:
-    R for a point mass, which is evaluated once (→ (1, N)), and for draws that differ in the
+    R for a point mass, which is evaluated once (→ one row), and for draws that differ in the
     head alone (:func:`varies_in_the_head_only`: the network runs R times, each draw's head is
     applied to its features); S × R otherwise (e.g. SGPA's u_g drawn from a Normal). A label
     probability below float32's smallest normal number (≈ 1e-38) counts as that number.
     """
     labels = split.labels.long()  # (N,)
     n_draws = len(next(iter(draws.values()))) if draws else 1
+    rows = 1 if is_point_mass(draws) else n_draws
     if len(split) == 0:
-        return np.zeros((1 if is_point_mass(draws) else n_draws, 0))
+        return np.zeros((rows, 0)), np.zeros((rows, 0, classifier.head.out_features))
 
     def replicated(draw: dict[str, Tensor], sites: Sequence[str] = ()) -> dict[str, np.ndarray]:
         pyro.set_rng_seed(seed)
@@ -208,23 +229,29 @@ def log_likelihood(
             progress=progress,
         )
 
-    def averaged(log_p: Tensor) -> np.ndarray:  # (R, N, C) → (N,)
-        taken = log_p.double().gather(-1, labels.expand(len(log_p), -1)[..., None])[..., 0]
-        return (taken.logsumexp(0) - math.log(len(log_p))).numpy()
+    def averaged(log_p: Tensor) -> tuple[np.ndarray, np.ndarray]:  # (R, N, C) → (N,), (N, C)
+        log_p = log_p.double()
+        taken = log_p.gather(-1, labels.expand(len(log_p), -1)[..., None])[..., 0]
+        mean_log = math.log(len(log_p))
+        return (taken.logsumexp(0) - mean_log).numpy(), (
+            log_p.logsumexp(0) - mean_log
+        ).exp().numpy()
 
     if is_point_mass(draws) or not varies_in_the_head_only(draws):
         tiny = float(np.finfo(np.float32).tiny)
-        rows = [
+        per_draw = [
             replicated({name: value[s : s + 1] for name, value in draws.items()})["probs"]
-            for s in range(1 if is_point_mass(draws) else n_draws)
+            for s in range(rows)
         ]  # each (R, N, C)
-        return np.stack([averaged(torch.as_tensor(p).clamp_min(tiny).log()) for p in rows])
-    first = {name: value[:1] for name, value in draws.items()}
-    features = torch.as_tensor(replicated(first, ("features",))["features"])  # (R, N, D)
-    weight, bias = draws["head.weight"].cpu(), draws["head.bias"].cpu()  # (S, C, D), (S, C)
-    return np.stack(
-        [averaged((features @ weight[s].T + bias[s]).log_softmax(-1)) for s in range(n_draws)]
-    )
+        pairs = [averaged(torch.as_tensor(p).clamp_min(tiny).log()) for p in per_draw]
+    else:
+        first = {name: value[:1] for name, value in draws.items()}
+        features = torch.as_tensor(replicated(first, ("features",))["features"])  # (R, N, D)
+        weight, bias = draws["head.weight"].cpu(), draws["head.bias"].cpu()  # (S, C, D), (S, C)
+        pairs = [
+            averaged((features @ weight[s].T + bias[s]).log_softmax(-1)) for s in range(n_draws)
+        ]
+    return np.stack([pair[0] for pair in pairs]), np.stack([pair[1] for pair in pairs])
 
 
 def inference_data(
@@ -236,47 +263,67 @@ def inference_data(
     posterior: dict[str, np.ndarray] | None = None,
     train_log_lik: np.ndarray | None = None,
     train_labels: np.ndarray | None = None,
+    train_probs: np.ndarray | None = None,
     test_log_lik: np.ndarray | None = None,
+    test_probs: np.ndarray | None = None,
+    seed: int = 0,
 ) -> az.InferenceData:
-    """ArviZ InferenceData of a posterior predictive (one chain of S draws).
+    """ArviZ InferenceData of a posterior predictive, one chain, in ArviZ's conventions: the
+    training and test observations are the variables ``y_train`` and ``y_test`` of every group
+    that has them, and ``posterior``, ``log_likelihood`` and ``posterior_predictive`` hold the
+    same draws, so that ``az.loo``, ``az.loo_pit(idata, y="y_train")``, ``az.plot_ppc``,
+    ``az.summary`` and ``az.compare`` read it as it is.
 
-    Groups:
+    With the training likelihoods (``train_log_lik`` (S, N_train) and ``train_probs``
+    (S, N_train, C) of the S ``posterior`` draws, :func:`draw_predictive`; ``test_log_lik``
+    and ``test_probs`` of the same draws):
 
-    - ``posterior``: the S draws of every global site (``posterior``: site → (S, ...)), named
-      by site (e.g. ``head.weight``), dimensions ``{site}_dim_{i}``;
-    - ``posterior_predictive`` on the test split (dimension ``example``): ``y`` sampled labels,
-      ``probs`` class probabilities, the other sites drawn (e.g. ``energy``) and
-      ``log_lik_test`` (``test_log_lik`` (S, N)), log (1/R) Σ_r p(ỹ_n | W_s, â_r): held-out
-      pointwise values, not a likelihood of the fitted data, so not in ``log_likelihood``;
-    - ``log_likelihood``: ``y`` over the training examples (dimension ``train_example``),
-      ``train_log_lik`` (S', N_train) = log (1/R) Σ_r p(y_n | W_s, â_r) (:func:`log_likelihood`)
-      for S' global draws: what ``az.loo`` reads;
-    - ``observed_data``: ``y`` the test labels and ``y_train`` the training labels;
-    - for each out-of-domain set NAME in ``ood``, ``predictions`` (``y_NAME``, ``probs_NAME``
-      over the dimension ``example_NAME``).
+    - ``posterior``: the S draws of every global site, named by site (``head.weight``);
+    - ``log_likelihood``: ``y_train`` (dimension ``train_example``): what ``az.loo`` reads;
+    - ``posterior_predictive``: ``y_train`` and ``y_test`` (dimension ``example``) drawn from
+      each posterior draw's class probabilities (seeded by ``seed``; the smallest integer type
+      that holds the classes), and ``log_lik_test``, the held-out pointwise values
+      log p̄_s(ỹ_n) in float32 (not a likelihood of the fitted data, so not in
+      ``log_likelihood``). The draws' class probabilities are not kept: S × N × C values would
+      make the file of a large test split hundreds of megabytes;
+    - ``observed_data``: ``y_train`` and ``y_test``.
 
-    One chain: ``az.loo`` takes reff = 1 (SVI draws are independent); ``az.summary`` of the
-    posterior wants ``kind="stats"`` (R̂ needs several chains).
-    """
-    probs = test["probs"]  # (S, N, C)
+    Without them, the S samples of the predictive on the test split (``test``: ``obs``,
+    ``probs`` and the other sites drawn, e.g. ``energy``) are ``y_test``, ``probs_test`` and the
+    others, beside ``log_lik_test`` where given, and ``observed_data`` holds ``y_test``.
+    Each out-of-domain set NAME of ``ood`` is in ``predictions`` (``y_NAME``, ``probs_NAME``
+    over ``example_NAME``). One chain: ``az.loo`` takes reff = 1 (SVI draws are independent);
+    ``az.summary`` wants ``kind="stats"`` (R̂ needs several chains)."""
     coords = {"example": np.arange(len(labels)), "class": list(class_names)}
-    dims = {"y": ["example"], "probs": ["example", "class"], "log_lik_test": ["example"]}
-    posterior_predictive = {"y": test["obs"][None], "probs": probs[None]}
-    for name, value in test.items():
-        if name not in ("probs", "obs"):
-            posterior_predictive[name] = value[None]
-            dims.setdefault(name, ["example", *[f"{name}_dim_{i}" for i in range(value.ndim - 2)]])
-    if test_log_lik is not None:
-        posterior_predictive["log_lik_test"] = test_log_lik[None]
-    observed = {"y": labels}
-    kwargs = {}
+    dims = {
+        "y_test": ["example"],
+        "probs_test": ["example", "class"],
+        "log_lik_test": ["example"],
+        "y_train": ["train_example"],
+    }
+    observed = {"y_test": labels}
     if train_log_lik is not None:
-        assert train_labels is not None
+        assert train_labels is not None and train_probs is not None and test_probs is not None
+        generator = np.random.default_rng(seed)
+        predictive = {
+            "y_train": drawn_labels(train_probs, generator),
+            "y_test": drawn_labels(test_probs, generator),
+        }
         observed["y_train"] = train_labels
         coords["train_example"] = np.arange(len(train_labels))
-        dims["y_train"] = ["train_example"]
+    else:
+        predictive = {"y_test": test["obs"], "probs_test": test["probs"]}
+        for name, value in test.items():
+            if name not in ("probs", "obs"):
+                predictive[name] = value
+                dims[name] = ["example", *[f"{name}_dim_{i}" for i in range(value.ndim - 2)]]
+    if test_log_lik is not None:
+        predictive["log_lik_test"] = test_log_lik.astype(np.float32)  # held-out values, not LOO
+    kwargs: dict[str, Any] = {}
     if posterior:
         kwargs["posterior"] = {name: value[None] for name, value in posterior.items()}
+    if train_log_lik is not None:
+        kwargs["log_likelihood"] = {"y_train": train_log_lik[None]}
     if ood:
         predictions, pred_dims, pred_coords = {}, {}, {"class": list(class_names)}
         for name, sites in ood.items():
@@ -288,21 +335,24 @@ def inference_data(
             pred_coords[example] = np.arange(sites["obs"].shape[1])
         kwargs |= {"predictions": predictions, "pred_dims": pred_dims, "pred_coords": pred_coords}
     idata = az.from_dict(
-        posterior_predictive=posterior_predictive,
+        posterior_predictive={name: value[None] for name, value in predictive.items()},
         observed_data=observed,
         coords=coords,
         dims=dims,
         **kwargs,
     )
-    if train_log_lik is not None:  # its ``y`` is over other examples than the other groups' ``y``
-        idata.add_groups(
-            log_likelihood={"y": train_log_lik[None]},
-            coords={"train_example": coords["train_example"]},
-            dims={"y": ["train_example"]},
-        )
     for group in idata.groups():  # no time stamp: the same draws give the same file
         idata[group].attrs.pop("created_at", None)
     return idata
+
+
+def drawn_labels(probs: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+    """One class drawn from each row of ``probs`` (..., C) → (...), in the smallest signed
+    integer type that holds C classes (ArviZ's plots want signed integers)."""
+    cumulative = probs.cumsum(-1)
+    uniform = generator.random(probs.shape[:-1])[..., None] * cumulative[..., -1:]
+    drawn = np.minimum((cumulative < uniform).sum(-1), probs.shape[-1] - 1)
+    return drawn.astype(np.result_type(np.int8, np.min_scalar_type(1 - probs.shape[-1])))
 
 
 def netcdf_bytes(idata: az.InferenceData) -> bytes:

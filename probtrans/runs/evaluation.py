@@ -33,10 +33,10 @@ from probtrans.feature_scores import FeatureDensity, fit_feature_scores
 from probtrans.inference.objective import ELBO_KEYS
 from probtrans.inference.posthoc import Energy, Probs, needs_training_split, posterior_predictives
 from probtrans.inference.predictive import (
+    draw_predictive,
     global_sites,
     inference_data,
     is_point_mass,
-    log_likelihood,
     netcdf_bytes,
     sample_predictive,
     varies_in_the_head_only,
@@ -96,13 +96,16 @@ def split_predictives(
 @dataclass
 class Likelihoods:
     """The pointwise likelihoods of a run's global posterior draws, the local randomness averaged
-    out (:func:`probtrans.inference.predictive.log_likelihood`), and the PSIS-LOO they give."""
+    out (:func:`probtrans.inference.predictive.draw_predictive`), and the PSIS-LOO they give.
+    With a LOO, the posterior, the test and the training values share the same S' draws."""
 
-    posterior: dict[str, np.ndarray]  # site → (S, ...): the draws of the predictive
+    posterior: dict[str, np.ndarray]  # site → (S, ...): the draws of the values below
     test: np.ndarray | None  # (S, N_test); None without LOO
-    train: np.ndarray | None  # (S', N_train), S' = loo_samples; None: no LOO (see loo_note)
+    train: np.ndarray | None  # (S, N_train), S = loo_samples; None: no LOO (see loo_note)
     loo: Loo | None
     loo_note: str
+    test_probs: np.ndarray | None = None  # (S, N_test, C): each draw's class probabilities
+    train_probs: np.ndarray | None = None  # (S, N_train, C)
 
     def metrics(self) -> dict[str, Any]:
         """The LOO keys of ``metrics.json`` (:meth:`probtrans.elpd.Loo.metrics`; null without
@@ -116,15 +119,20 @@ class Likelihoods:
 def likelihoods(
     run: Run, draws: Draws, samples: int, device: str = "cpu", seed: int = 0, progress: bool = False
 ) -> Likelihoods:
-    """The first ``samples`` of the global ``draws`` (those of the predictive), their test
-    log-likelihood, and the training log-likelihood of the first ``loo_samples`` draws with its
-    PSIS-LOO (:func:`probtrans.elpd.psis_loo`); a point-mass posterior is evaluated once and its
-    rows repeated. No likelihoods (the draws alone) with ``loo_samples = 0``, or unset when the
-    draws differ inside the network (see :class:`probtrans.specs.PredictiveSpec`)."""
+    """The test and training log-likelihood (and class probabilities) of the first
+    ``loo_samples`` global ``draws``, and the PSIS-LOO of the training one
+    (:func:`probtrans.elpd.psis_loo`), with those draws as the posterior; a point-mass posterior
+    is evaluated once and its rows repeated. Without a training split: the test values of the
+    first ``samples`` draws. No likelihoods (the first ``samples`` draws alone) with
+    ``loo_samples = 0``, or unset when the draws differ inside the network (see
+    :class:`probtrans.specs.PredictiveSpec`)."""
     spec = run.inference_spec.predictive
     sites = global_sites(run.classifier)
     draws = {name: value for name, value in draws.items() if name in sites}
-    posterior = {name: value[:samples].cpu().numpy() for name, value in draws.items()}
+
+    def first(count: int) -> dict[str, np.ndarray]:
+        return {name: value[:count].cpu().numpy() for name, value in draws.items()}
+
     cheap = is_point_mass(draws) or varies_in_the_head_only(draws)
     if spec.loo_samples == 0 or (spec.loo_samples is None and not cheap):
         note = (
@@ -134,22 +142,28 @@ def likelihoods(
             f"log-likelihood costs loo_samples × replicas passes over the training split; set "
             f"[predictive] loo_samples (e.g. {AUTOMATIC_LOO_SAMPLES}) to compute it"
         )
-        return Likelihoods(posterior, None, None, None, note)
+        return Likelihoods(first(samples), None, None, None, note)
 
-    def pointwise(count: int, split: DataSplit) -> np.ndarray:  # (count, N)
-        first = {name: value[:count] for name, value in draws.items()}
-        values = log_likelihood(
-            run.classifier, first, split, spec.replicas, spec.batch_size, device, seed, progress
+    def pointwise(count: int, split: DataSplit) -> tuple[np.ndarray, np.ndarray]:
+        kept = {name: value[:count] for name, value in draws.items()}
+        values, probs = draw_predictive(
+            run.classifier, kept, split, spec.replicas, spec.batch_size, device, seed, progress
         )
-        return np.broadcast_to(values, (count, len(split)))
+        return (
+            np.broadcast_to(values, (count, len(split))),
+            np.broadcast_to(probs, (count, *probs.shape[1:])),
+        )
 
-    test = pointwise(samples, run.data.test)
     if len(run.data.train) == 0:
+        test, test_probs = pointwise(samples, run.data.test)
         note = "no LOO: the run folder keeps no training split (written before runs kept it)"
-        return Likelihoods(posterior, test, None, None, note)
+        return Likelihoods(first(samples), test, None, None, note, test_probs)
     drawn = min((len(value) for value in draws.values()), default=samples)
-    train = pointwise(min(loo_draws(spec), drawn), run.data.train)
-    return Likelihoods(posterior, test, train, psis_loo(train, is_point_mass(draws)), "")
+    shared = min(loo_draws(spec), drawn)
+    train, train_probs = pointwise(shared, run.data.train)
+    test, test_probs = pointwise(shared, run.data.test)
+    loo = psis_loo(train, is_point_mass(draws))
+    return Likelihoods(first(shared), test, train, loo, "", test_probs, train_probs)
 
 
 def fit_feature_density(
@@ -287,7 +301,10 @@ def evaluate(
         posterior=pointwise.posterior,
         train_log_lik=pointwise.train,
         train_labels=run.data.train.labels.numpy(),
+        train_probs=pointwise.train_probs,
         test_log_lik=pointwise.test,
+        test_probs=pointwise.test_probs,
+        seed=seed,
     )
     write_bytes(run.path / "predictive.nc", netcdf_bytes(idata))
     figures.save_run_figure(
