@@ -82,10 +82,30 @@ class Predictive(Protocol):
 
 
 # ----------------------------------------------------------------------------- words
-def run_title(data: str, attention: str, guide: str, samples: int) -> str:
+#: what the S draws of a predictive are, by (whether the weights' posterior varies, whether
+#: the model has local random sites: stochastic attention, SGPA outputs)
+DRAW_WORDS = {
+    (True, True): "posterior draws of the weights, attention sampled in each",
+    (True, False): "posterior draws of the weights",
+    (False, True): "attention samples under a point-mass posterior",
+    (False, False): "draws of a deterministic network, all equal",
+}
+
+
+def draws_in_words(weights_vary: bool, local: bool) -> str:
+    """What the S draws of a predictive are (:data:`DRAW_WORDS`): posterior draws of the
+    weights (epistemic), attention samples under a point-mass posterior (aleatoric, per input),
+    or both."""
+    return DRAW_WORDS[weights_vary, local]
+
+
+def run_title(
+    data: str, attention: str, guide: str, samples: int, draws: str = DRAW_WORDS[True, True]
+) -> str:
     """What a run is, for its figure: data, attention kind, the guide in words
-    (:func:`probtrans.inference.guide.guide_in_words`) and the number of posterior samples."""
-    return f"{data} · {attention} attention · guide: {guide} · S = {samples} posterior samples"
+    (:func:`probtrans.inference.guide.guide_in_words`), and the S draws of its predictive and
+    what they are (``draws``, :func:`draws_in_words`)."""
+    return f"{data} · {attention} attention · guide: {guide} · S = {samples} {draws}"
 
 
 def score_label(name: str) -> str:
@@ -415,11 +435,14 @@ def run_figure(
     history: Sequence[dict] | None = None,
     given: dict[str, dict[str, np.ndarray]] | None = None,
     ood_score: str = "entropy",
+    weights_vary: bool = True,
 ) -> Figure:
     """A run on one page, a 2 × 3 grid: reliability with the examples per bin beneath,
     predictive entropy and mutual information in vs out of domain (histograms, box plots
-    beyond :data:`MAX_OVERLAID` sets), the OOD ROC curves by ``ood_score`` (predictive entropy
-    where the run does not give it), risk–coverage, and the training curves of ``history``.
+    beyond :data:`MAX_OVERLAID` sets; without ``weights_vary``, a point-mass posterior, the
+    mutual information is that of the attention samples alone, and its label says so), the OOD
+    ROC curves by ``ood_score`` (predictive entropy where the run does not give it),
+    risk–coverage, and the training curves of ``history``.
     ``probs_in`` (S, N_in, C) and each of ``probs_out`` (S', N_out, C) are posterior-predictive
     samples; ``given`` (split → score → (N,); ``test`` and ``ood:NAME``) the scores the network
     gives (free energy, feature scores)."""
@@ -459,7 +482,9 @@ def run_figure(
         (entropy_ax, score_label("entropy"), entropy_in, entropy_out),
         (
             mi_ax,
-            score_label("mutual_information"),
+            score_label("mutual_information")
+            if weights_vary
+            else "MI of the attention samples alone (nats)",
             mutual_information(probs_in),
             {k: mutual_information(p) for k, p in probs_out.items()},
         ),
@@ -485,10 +510,13 @@ def save_run_figure(
     history: Sequence[dict] | None = None,
     given: dict[str, dict[str, np.ndarray]] | None = None,
     ood_score: str = "entropy",
+    weights_vary: bool = True,
 ) -> Path:
     """Write :func:`run_figure` as a PNG, atomically (:func:`probtrans.io.save_png`). Returns
     ``path`` as a :class:`~pathlib.Path`."""
-    figure = run_figure(probs_in, labels_in, probs_out, title, history, given, ood_score)
+    figure = run_figure(
+        probs_in, labels_in, probs_out, title, history, given, ood_score, weights_vary
+    )
     return save_png(figure, path)
 
 

@@ -215,9 +215,31 @@ def test_read_history_of_a_folder_without_one(tmp_path):
     assert figures.read_history(tmp_path / "history.json") == []
 
 
-def test_run_title_says_what_the_run_is():
-    title = figures.run_title("digits", "h_sto", "MAP (point mass)", 10)
-    assert title == "digits · h_sto attention · guide: MAP (point mass) · S = 10 posterior samples"
+def test_run_title_says_what_the_run_is_and_what_its_draws_are():
+    draws = figures.draws_in_words(weights_vary=False, local=True)
+    title = figures.run_title("digits", "h_sto", "MAP (point mass)", 10, draws)
+    assert title == (
+        "digits · h_sto attention · guide: MAP (point mass) · S = 10 attention samples under a "
+        "point-mass posterior"
+    )
+    assert figures.draws_in_words(True, False) == "posterior draws of the weights"
+    assert "attention sampled" in figures.draws_in_words(True, True)
+
+
+def test_a_point_mass_runs_mutual_information_is_labelled_as_attention_sampling():
+    """Under a point-mass posterior the spread of the S draws is attention sampling (aleatoric,
+    per input), not posterior uncertainty: the panel says so."""
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(3), size=(4, 20))  # (S, N, C)
+    labels = rng.integers(0, 3, 20)
+
+    def mi_label(weights_vary: bool) -> str:
+        figure = figures.run_figure(probs, labels, {"ood": probs}, weights_vary=weights_vary)
+        names = [ax.get_xlabel() for ax in figure.axes]
+        return [name for name in names if "mutual" in name or "MI " in name][0]
+
+    assert mi_label(True) == "mutual information (nats)"
+    assert mi_label(False) == "MI of the attention samples alone (nats)"
 
 
 @dataclass

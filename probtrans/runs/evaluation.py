@@ -23,6 +23,7 @@ import pyro
 import torch
 
 from probtrans import figures
+from probtrans.attention import attention_sites
 from probtrans.contract import caller_random_state
 from probtrans.data import DataBundle, DataSplit
 from probtrans.data.file_bundle import add_ood_sets
@@ -275,6 +276,7 @@ def evaluate(
     samples = run.predictive_samples(samples)
     wanted = max(samples, min(loo_draws(run.inference_spec.predictive), run.kept_draws()))
     draws = run.posterior_samples(wanted, seed)  # the only draw of the posterior
+    weights_vary = not is_point_mass(draws)  # else the S draws differ by attention alone
     first = {name: value[:samples] for name, value in draws.items()}
     probs, energy, plain, features = split_predictives(run, first, device, seed, progress, adapt)
     density = fit_feature_density(run, first, device, seed, progress)
@@ -317,10 +319,12 @@ def evaluate(
             run.model_spec.network.attention.kind,
             run.guide_words(),
             samples,
+            figures.draws_in_words(weights_vary, bool(attention_sites(run.classifier))),
         ),
         history=figures.read_history(run.path / "history.json"),
         given=given_scores(energy["plain"], feature),
         ood_score=run.inference_spec.predictive.ood_score,
+        weights_vary=weights_vary,
     )
     return scores
 
