@@ -571,6 +571,11 @@ def comparison_figure(
 Styles = Mapping[str, tuple[Any, str]]  # method → (colour, marker)
 
 
+#: the comparison figure's reliability curves leave out bins of fewer examples, whose accuracy
+#: is that of a handful
+MIN_BIN_EXAMPLES = 10
+
+
 def compared_reliability(
     ax: Axes, first: Mapping[str, Predictive], styles: Styles, n_bins: int
 ) -> None:
@@ -581,7 +586,7 @@ def compared_reliability(
     for name, (colour, marker) in styles.items():
         labels = first[name].labels["test"]
         bins = calibration_bins(predictive_mean(first[name].probs["test"]), labels, n_bins)
-        filled = bins["count"] > 0
+        filled = bins["count"] >= MIN_BIN_EXAMPLES  # fewer: an accuracy of a handful
         x, y = bins["confidence"][filled], bins["accuracy"][filled]
         ax.plot(x, y, color=colour, label=name, linewidth=1.3)
         size = 8 + 200 * bins["count"][filled] / len(labels)
@@ -590,7 +595,9 @@ def compared_reliability(
     ax.set_ylim(0.0, 1.0)
     ax.set_xlabel("mean confidence in bin (top-label probability)")
     ax.set_ylabel("accuracy in bin")
-    ax.set_title("reliability (marker area ∝ examples in bin)")
+    ax.set_title(
+        f"reliability (marker area ∝ examples in bin; bins of < {MIN_BIN_EXAMPLES} left out)"
+    )
 
 
 def compared_risk_coverage(ax: Axes, first: Mapping[str, Predictive], styles: Styles) -> None:
@@ -664,8 +671,10 @@ def compared_metrics(
     panels = [
         metric_panel(METRICS.get(id_metric, "id_metric"), "ID "),
         *(metric_panel(metric) for metric in comparison_metrics()),
-        ("test ELPD ↑", "held-out ELPD (nats)", lambda s: s["test_elpd"]),
+        ("test ELPD ↑ (bar: ± 2 SE)", "held-out ELPD (nats)", lambda s: s["test_elpd"]),
     ]
+    # panels whose bars are ± 2 standard errors of the run's own estimate, not the seeds' spread
+    standard_errors = {"test ELPD ↑ (bar: ± 2 SE)": lambda s: s["test_elpd_se"]}
     if ood_set is not None:
 
         def auroc(s: dict[str, Any]) -> float:
@@ -676,6 +685,8 @@ def compared_metrics(
     for ax, (title, unit, value) in zip(axes, panels, strict=True):
         for row, (name, (colour, marker)) in enumerate(styles.items()):
             mean, std = mean_std([value(s) for s in summaries[name]])
+            if title in standard_errors:  # the mean over seeds of each run's SE
+                std = 2 * float(np.mean([standard_errors[title](s) for s in summaries[name]]))
             ax.errorbar(
                 mean,
                 row,
@@ -694,5 +705,7 @@ def compared_metrics(
     axes[0].set_ylabel("method")
     axes[0].set_ylim(len(styles) - 0.5, -0.5)
     subfig.suptitle(
-        "mean ± std over seeds (error bars; none for one seed or an ensemble)", fontsize="medium"
+        "mean ± std over seeds (error bars; none for one seed or an ensemble); test ELPD: ± 2 "
+        "standard errors of a run's estimate",
+        fontsize="medium",
     )

@@ -288,7 +288,7 @@ def test_comparison_figure_overlays_every_method_at_a_fixed_size(tmp_path, n_met
         "ECE ↓",
         "MCE ↓",
         "AURC ↓",
-        "test ELPD ↑",
+        "test ELPD ↑ (bar: ± 2 SE)",
         "far AUROC by entropy ↑",
     ]
     assert [a.get_xlabel() for a in scores.axes[1:3]] == ["NLL (nats)", "Brier (%)"]
@@ -301,6 +301,12 @@ def test_comparison_figure_overlays_every_method_at_a_fixed_size(tmp_path, n_met
         assert (x, y) == (pytest.approx(np.mean(values)), i)
         (segment,) = bar.get_segments()
         assert segment[1, 0] - segment[0, 0] == pytest.approx(2 * np.std(values, ddof=1))
+    elpd_ax = scores.axes[6]
+    for i, predictives in enumerate(compared.values()):  # ± 2 SE of a run's estimate
+        errors = [summarise(p.probs, p.labels)["test_elpd_se"] for p in predictives]
+        (segment,) = elpd_ax.containers[i][2][0].get_segments()
+        assert segment[1, 0] - segment[0, 0] == pytest.approx(4 * np.mean(errors))
+    assert "bins of < 10 left out" in reliability_ax.get_title()
     assert [t.get_text() for t in scores.axes[0].get_yticklabels()] == names
     assert [t.get_text() for t in curves.legends[0].get_texts()] == names
     if n_methods > 10:  # the legend outside and 11 names fit
