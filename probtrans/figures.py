@@ -668,13 +668,12 @@ def compared_metrics(
         name: [summarise(p.probs, p.labels, p.given) for p in predictives]
         for name, predictives in methods.items()
     }
+    elpd = "test ELPD ↑ (bar: ± 2 SE)"  # bars: a run's standard error, not the seeds' spread
     panels = [
         metric_panel(METRICS.get(id_metric, "id_metric"), "ID "),
         *(metric_panel(metric) for metric in comparison_metrics()),
-        ("test ELPD ↑ (bar: ± 2 SE)", "held-out ELPD (nats)", lambda s: s["test_elpd"]),
+        (elpd, "held-out ELPD (nats)", lambda s: s["test_elpd"]),
     ]
-    # panels whose bars are ± 2 standard errors of the run's own estimate, not the seeds' spread
-    standard_errors = {"test ELPD ↑ (bar: ± 2 SE)": lambda s: s["test_elpd_se"]}
     if ood_set is not None:
 
         def auroc(s: dict[str, Any]) -> float:
@@ -685,8 +684,8 @@ def compared_metrics(
     for ax, (title, unit, value) in zip(axes, panels, strict=True):
         for row, (name, (colour, marker)) in enumerate(styles.items()):
             mean, std = mean_std([value(s) for s in summaries[name]])
-            if title in standard_errors:  # the mean over seeds of each run's SE
-                std = 2 * float(np.mean([standard_errors[title](s) for s in summaries[name]]))
+            if title == elpd:  # the mean over seeds of each run's SE
+                std = 2 * float(np.mean([s["test_elpd_se"] for s in summaries[name]]))
             ax.errorbar(
                 mean,
                 row,

@@ -32,6 +32,12 @@ RUN_BACKBONE = "backbone"
 POSITION_OFFSET_TYPES = ("roberta", "xlm-roberta", "camembert", "xlm-roberta-xl")
 
 
+def is_offline(*variables: str) -> bool:
+    """Whether ``HF_HUB_OFFLINE`` (or one of ``variables``, e.g. ``HF_DATASETS_OFFLINE``) asks
+    Hugging Face's libraries not to reach the hub."""
+    return any(os.environ.get(var, "") not in ("", "0") for var in ("HF_HUB_OFFLINE", *variables))
+
+
 def backbone_folder(ref: str, base: Path | None, field: str = "model.backbone") -> Path:
     """The local folder of the backbone ``ref`` (``hf:ID[@REVISION]`` or a folder; relative
     folders start at ``base``); a hub id is downloaded into the Hugging Face cache once."""
@@ -64,7 +70,7 @@ def _snapshot(repo: str, revision: str | None, label: str) -> Path:
         raise ConfigError(f"{label}: not a hub id ({str(err).splitlines()[0]})") from None
     except LocalEntryNotFoundError:
         pass  # not in the cache yet
-    offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+    offline = is_offline()
     needs = "it needs a network or a local folder written by save_pretrained"
     if offline:
         raise ConfigError(

@@ -92,6 +92,11 @@ def uses_attention_registry(module: nn.Module) -> bool:
     return "ALL_ATTENTION_FUNCTIONS" in source
 
 
+def attention_heads(config: Any) -> int:
+    """The backbone's attention heads (``num_attention_heads``; DistilBERT's ``n_heads``)."""
+    return getattr(config, "num_attention_heads", None) or config.n_heads
+
+
 def key_padding(mask: Tensor | None) -> Tensor | None:
     """The keys (B, L) that a Hugging Face attention mask (B, 1|H, L_q, L) lets some query see:
     a boolean mask (True: attend) or an additive one (0: attend)."""
@@ -181,7 +186,7 @@ def swap_blocks(
         raise ConfigError(
             f"{field}.attention.kind = {kind!r}: cannot be placed in a backbone: {refusal}"
         )
-    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_heads", None)
+    heads = attention_heads(config)
     for block in chosen:
         if not uses_attention_registry(block.module):
             raise ConfigError(
@@ -266,7 +271,7 @@ def sampled_blocks(model: nn.Module, layers: list[int] | str, tau: float) -> Ite
     blocks = chosen_blocks(attention_blocks(model), chosen, field)
     before = {block.path: block.module._modules.get(LAYER) for block in blocks}
     implementation = model.config._attn_implementation
-    heads = getattr(model.config, "num_attention_heads", None) or model.config.n_heads
+    heads = attention_heads(model.config)
     try:
         for block in blocks:
             width = linear(block.key_map).out_features

@@ -55,6 +55,7 @@ from probtrans.data.formats import (
     text_problem,
 )
 from probtrans.errors import ProbtransError
+from probtrans.hub import is_offline
 from probtrans.io import check_is_file
 
 __all__ = [
@@ -186,8 +187,7 @@ def check_hub_reachable(hub_id: str, name: str) -> None:
     """Fail at once, rather than after ``datasets``' retries (about 25 s), when the hub cannot
     be reached or has no such data set: one request (none under ``HF_HUB_OFFLINE`` or
     ``HF_DATASETS_OFFLINE``, where ``datasets`` reads its cache without retrying)."""
-    offline = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-    if any(os.environ.get(var, "") not in ("", "0") for var in offline):
+    if is_offline("HF_DATASETS_OFFLINE"):
         return
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError

@@ -194,11 +194,7 @@ def _unpack(packed: dict[str, torch.Tensor], scaling: ImageScaling) -> DataSplit
 
 def _pixels(inputs: torch.Tensor, scaling: ImageScaling) -> torch.Tensor:
     """The 8-bit pixels (N, C, H, W) that ``scaling`` maps to (about) ``inputs``."""
-    x = inputs
-    if scaling.mean is not None and scaling.std is not None:
-        mean = torch.tensor(scaling.mean)[:, None, None]
-        x = x * torch.tensor(scaling.std)[:, None, None] + mean
-    return (x * 255.0).round().clamp(0, 255).to(torch.uint8)
+    return (scaling.unstandardised(inputs) * 255.0).round().clamp(0, 255).to(torch.uint8)
 
 
 def _leading(lengths: torch.Tensor, width: int) -> torch.Tensor:

@@ -94,9 +94,10 @@ def posterior_predictives(
         outputs["mc_dropout"] = {split: on(split, mc_dropout=True) for split in splits}
     if "stochastic_attention" in spec.posthoc:
         check_posthoc(classifier, spec)
-        tau = stochastic_temperature(classifier, spec, on, data.val.labels.numpy())
+        tau, val = stochastic_temperature(classifier, spec, on, data.val.labels.numpy())
         with classifier.sampled_attention(spec.stochastic_layers, tau):
-            outputs["stochastic_attention"] = {split: on(split) for split in splits}
+            others = {split: on(split) for split in splits if split != "val"}
+        outputs["stochastic_attention"] = {"val": val, **others}
     probs = {v: {split: out["probs"] for split, out in by.items()} for v, by in outputs.items()}
     energy = {
         v: {split: out["energy"].mean(0) for split, out in by.items()} for v, by in outputs.items()
@@ -113,20 +114,22 @@ def stochastic_temperature(
     spec: PredictiveSpec,
     on: Callable[[str], dict[str, np.ndarray]],
     labels: np.ndarray,
-) -> float:
+) -> tuple[float, dict[str, np.ndarray]]:
     """The temperature of ``spec.stochastic_taus`` (× √d_head) whose stochastic-attention
-    predictive has the lowest validation NLL; says which on stderr."""
-    scores = {}
+    predictive has the lowest validation NLL, and that validation predictive; says which on
+    stderr."""
+    scores, predictives = {}, {}
     for tau in spec.stochastic_taus:
         with classifier.sampled_attention(spec.stochastic_layers, tau):
-            scores[tau] = nll(on("val")["probs"].mean(0), labels)
+            predictives[tau] = on("val")
+        scores[tau] = nll(predictives[tau]["probs"].mean(0), labels)
     best = min(scores, key=scores.__getitem__)
     tried = ", ".join(f"{tau:g}: {value:.4f}" for tau, value in scores.items())
     print(
         f"note: stochastic_attention: tau = {best:g} × √d_head (validation NLL by tau: {tried})",
         file=sys.stderr,
     )
-    return best
+    return best, predictives[best]
 
 
 def last_layer_laplace(
