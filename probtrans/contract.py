@@ -11,7 +11,10 @@ Models emit sites through :func:`sample_attention` and :func:`kl_term`; the obje
 - *KL terms* are per-example factors −KL (SGPA's amortised KL) that the KL weight and its
   annealing scale like the KL of the global sites.
 - *Fused attention*: where the attention sites are hidden anyway, STO and H-STO return â v from
-  one fused kernel without recording their sites (:mod:`probtrans.attention.gumbel`).
+  one fused kernel without recording their sites (:mod:`probtrans.attention.gumbel`). Pyro
+  broadcasts a site over the active vectorised plates, not the noise drawn without one, so the
+  fused path draws its noise with :func:`plate_batch_shape`: one draw per sample of a
+  vectorised plate (``Predictive(..., parallel=True)``, vectorised ELBO particles).
 - *Parameters live in their modules*: probtrans trains the parameters of its models and guides
   with a PyTorch optimiser, so its own work runs under :func:`local_params` (Pyro's
   ``module_local_params`` setting, scoped with ``pyro.settings.context``): nothing is read from or
@@ -44,6 +47,7 @@ import pyro.distributions as dist
 import torch
 from pyro.nn import PyroModule
 from pyro.poutine.block_messenger import BlockMessenger
+from pyro.poutine.runtime import get_plates
 from torch import Tensor
 
 from probtrans.errors import ProbtransError
@@ -159,6 +163,19 @@ def fused_attention() -> Iterator[None]:
 
 def fused_attention_enabled() -> bool:
     return _FUSED.get()
+
+
+def plate_batch_shape(batch_shape: torch.Size) -> torch.Size:
+    """``batch_shape`` broadcast with the active vectorised plates, each of its size at its
+    dimension: the batch shape Pyro gives a site of that batch shape drawn here, for draws made
+    without a sample site (the fused attention path). E.g. (B,) inside a plate of size S at
+    dim −2 and a data plate of size B at dim −1 → (S, B); (B,) outside any plate → (B,)."""
+    frames = [frame for frame in get_plates() if frame.vectorized]
+    width = max([-frame.dim for frame in frames], default=0)
+    plates = [1] * width
+    for frame in frames:
+        plates[frame.dim] = frame.size
+    return torch.broadcast_shapes(batch_shape, torch.Size(plates))
 
 
 def full_precision(x: Tensor) -> Tensor:

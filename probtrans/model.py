@@ -186,9 +186,10 @@ class PyroClassifier(PyroModule):
         outer = [frame.name for frame in get_plates() if frame.vectorized]
         if outer:
             raise ProbtransError(
-                f"this classifier runs one sample per call, not inside the vectorised plates "
-                f"{outer} (Predictive(parallel=True), vectorised ELBO particles); use "
-                f"Predictive(..., parallel=False), or "
+                f"this classifier takes one draw of its weights per call, so it cannot run "
+                f"inside the vectorised plates {outer} (Predictive(parallel=True), vectorised "
+                f"ELBO particles): its torch.nn layers apply one weight matrix, not S draws of "
+                f"shape (S, 1, ...); use Predictive(..., parallel=False), or "
                 f"probtrans.inference.predictive.sample_predictive and Run.predict, which batch "
                 f"the samples themselves"
             )

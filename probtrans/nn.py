@@ -21,7 +21,9 @@ distribution, the training objective of Pei et al. 2022 and Chen & Li 2023): bui
 ``AutoNormal(probtrans.self_guided(model))``, and train with that same model; an autoguide
 built on the model itself refuses. SGPA layers also have a global site ``u_g`` (inducing
 variables, e.g. ``encoder.layers.0.attn.u_g``) for the guide: draw it outside the data plate
-by reading ``layer.u_g`` once before entering the plate.
+by reading ``layer.u_g`` once before entering the plate. Under Pyro's vectorised plates
+(``Predictive(..., parallel=True)``) layers and encoders take sample dimensions on the left,
+x (*S, B, L, d_model) with the mask (B, L) (:mod:`probtrans.attention.base`).
 
 Kinds (equations in their modules' docstrings): :class:`SoftmaxAttention` (deterministic),
 :class:`StochasticAttention` (STO-TRANS), :class:`HierarchicalStochasticAttention`

@@ -317,7 +317,11 @@ def test_the_spec_built_classifier_is_made_of_the_same_classes(digits):
 @pytest.mark.parametrize("cls, options", LAYERS)
 def test_inputs_of_the_wrong_shape_are_refused_by_name(cls, options):
     layer = cls(D, H, **options)
-    with pytest.raises(ValueError, match=rf"{cls.__name__}: x of shape \(2, {B}, {L}, {D}\)"):
-        layer(torch.randn(2, B, L, D))  # e.g. a leading sample dimension
+    with pytest.raises(ValueError, match=rf"{cls.__name__}: x of shape \({L}, {D}\)"):
+        layer(torch.randn(L, D))  # one sequence without its batch dimension
+    with pytest.raises(ValueError, match=rf"x of shape \({B}, {L}, {D + 1}\): must be"):
+        layer(torch.randn(B, L, D + 1))
     with pytest.raises(ValueError, match=rf"mask of shape \({B}, {L + 1}\): must be \({B}, {L}\)"):
         layer(torch.randn(B, L, D), torch.ones(B, L + 1, dtype=torch.bool))
+    with pytest.raises(ValueError, match=rf"mask of shape \(2, {B}, {L}\): must be \({B}, {L}\)"):
+        layer(torch.randn(2, B, L, D), torch.ones(2, B, L, dtype=torch.bool))  # (B, L) only

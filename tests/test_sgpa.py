@@ -172,7 +172,7 @@ def test_monte_carlo_over_u_g_matches_closed_form(gp_inputs, sampling):
     mean, cov = conditional.moments(loc, scale_tril)
     n = 40_000
     torch.manual_seed(0)
-    eps = MultivariateNormal(loc, scale_tril=scale_tril).sample((n,))  # (n, H, d, M)
+    eps = MultivariateNormal(loc, scale_tril=scale_tril).sample((n, 1))  # (n, 1, H, d, M)
     f = conditional.distribution(eps, sampling).sample()  # (n, B, H, d, T)
     variance = cov.diagonal(dim1=-2, dim2=-1)
     standard_error = (variance / n).sqrt()
@@ -410,3 +410,55 @@ def test_describe_lists_the_inducing_sites_of_the_digits_spec():
         assert row["role"] == "global"
         assert row["event_shape"] == str((heads, d_head, m_g))
         assert rows[f"encoder.layers.{layer}.attn.f"]["role"] == "local (per example)"
+
+
+def test_a_users_model_trains_with_the_layers_defaults():
+    """``SGPAttention(d, h)`` with its defaults, in a user's own Pyro model on the 8×8 digits
+    (16 tokens of 2×2 pixels, a Bayesian read-out, AutoNormal over the self-guided model):
+    the first epoch's loss is the size of a classifier's (at the former defaults, the
+    exponential kernel at ℓ = 1 and σ_f² = 1, the amortised KL made it about 4,800 nats per
+    example), and the held-out accuracy is far above chance (0.1)."""
+    from pyro.infer import SVI, Predictive, Trace_ELBO
+    from pyro.infer.autoguide import AutoNormal
+    from pyro.nn import PyroModule, PyroSample
+    from sklearn.datasets import load_digits
+
+    class Net(PyroModule):
+        def __init__(self, width: int = 32) -> None:
+            super().__init__()
+            self.embed = torch.nn.Linear(4, width)
+            self.position = torch.nn.Parameter(0.1 * torch.randn(16, width))
+            self.norm = torch.nn.LayerNorm(width)
+            self.attn = SGPAttention(width, 2)
+            self.readout = PyroModule[torch.nn.Linear](16 * width, 10)
+            prior = pyro.distributions.Normal(0.0, 1.0).expand([10, 16 * width]).to_event(2)
+            self.readout.weight = PyroSample(prior)
+
+        def forward(self, x, y=None, n=None):
+            weight, _ = self.readout.weight, self.attn.u_g  # the global sites
+            with pyro.plate("data", n or len(x), subsample=torch.arange(len(x))):
+                h = self.embed(x) + self.position
+                h = h + self.attn(self.norm(h))
+                logits = h.flatten(-2) @ weight.T + self.readout.bias
+                return pyro.sample("y", pyro.distributions.Categorical(logits=logits), obs=y)
+
+    digits = load_digits()
+    images = torch.tensor(digits.images / 16, dtype=torch.float32)
+    x = images.unfold(1, 2, 2).unfold(2, 2, 2).reshape(len(images), 16, 4)
+    y = torch.tensor(digits.target)
+    pyro.set_rng_seed(0)
+    net = Net()
+    model = self_guided(net)
+    guide = AutoNormal(model, init_scale=0.01)
+    svi = SVI(model, guide, pyro.optim.Adam({"lr": 5e-3}), Trace_ELBO())
+    n_train, batch = 1400, 64
+    losses = []
+    for _ in range(8):
+        order = torch.randperm(n_train)
+        steps = [svi.step(x[i], y[i], n_train) for i in order.split(batch)]
+        losses.append(sum(steps) / len(steps) / n_train)  # per training example
+    assert losses[0] < 50.0
+    assert losses[-1] < losses[0]
+    draws = Predictive(net, guide=guide, num_samples=10, return_sites=["y"])(x[n_train:])["y"]
+    accuracy = (draws.mode(0).values == y[n_train:]).float().mean()
+    assert accuracy > 0.8

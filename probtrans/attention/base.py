@@ -10,12 +10,21 @@ Stochastic kinds draw their weights as self-guided Pyro sample sites
 named after where it sits in the model: ``encoder.layers.0.attn.a_v`` in a
 :class:`~probtrans.model.Classifier`, ``attn1.a_v`` as the attribute ``attn1`` of a user's
 ``PyroModule``, ``a_v`` on its own.
+
+Extra batch dimensions. A layer takes x (*S, B, L, d_model) with a mask (B, L): the dimensions
+left of (B, L) are sample dimensions, those of Pyro's vectorised plates
+(``Predictive(..., parallel=True)``, vectorised ELBO particles) in a user's model whose data
+plate is at dim −1; every kind computes on negative dimensions and broadcasts its weights, sites
+and the mask over them. A layer that gets x (B, L, D) while its sample sites (or SGPA's
+``u_g``) carry a vectorised plate's dimension returns (S, B, L, D).
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import torch
+import torch.nn.functional as F
 from pydantic import ValidationError
 from pyro.nn import PyroModule
 from torch import Tensor, nn
@@ -27,11 +36,33 @@ from probtrans.specs.base import explain
 def masked_logits(logits: Tensor, key_mask: Tensor | None) -> Tensor:
     """Give padding keys logit −∞ so they get exactly zero attention weight.
 
-    logits: (B, H, L_q, L_k); key_mask: (B, L_k), True for real tokens.
+    logits: (*S, B, H, L_q, L_k); key_mask: (B, L_k), True for real tokens.
     """
     if key_mask is None:
         return logits
-    return logits.masked_fill(~key_mask[:, None, None, :], float("-inf"))
+    return logits.masked_fill(~key_mask[..., None, None, :], float("-inf"))
+
+
+def scaled_dot_product(
+    q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, **kwargs: Any
+) -> Tensor:
+    """PyTorch's ``scaled_dot_product_attention`` over any batch dimensions.
+
+    q: (*, H, L_q, d); k, v: (*, H, L_k, d|d_v); attn_mask: (*, H|1, L_q|1, L_k) or None; the
+    batch dimensions ``*`` broadcast against each other → (*, H, L_q, d_v). Inputs of one batch
+    dimension go to PyTorch as they are; others are expanded and flattened to one batch
+    dimension, the 4-D shape its fused kernels take. ``kwargs``: PyTorch's (``dropout_p``,
+    ``scale``).
+    """
+    tensors = [q, k, v] if attn_mask is None else [q, k, v, attn_mask]
+    if all(t.dim() == 4 for t in tensors):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, **kwargs)
+    batch = torch.broadcast_shapes(*(t.shape[:-3] for t in tensors))
+    flat = [t.expand(*batch, *t.shape[-3:]).flatten(0, -4) if batch else t for t in tensors]
+    h = F.scaled_dot_product_attention(
+        *flat[:3], attn_mask=None if attn_mask is None else flat[3], **kwargs
+    )
+    return h.unflatten(0, batch) if batch else h
 
 
 def check_options(cls: type, options_class: type[Spec], options: dict[str, Any]) -> Any:
@@ -50,19 +81,18 @@ def check_options(cls: type, options_class: type[Spec], options: dict[str, Any])
 
 
 def check_tokens(layer: MultiHeadAttention, x: Tensor, mask: Tensor | None) -> None:
-    """Refuse inputs that are not (B, L, d_model) with a mask (B, L) (e.g. a leading sample
-    dimension added by a vectorised plate)."""
+    """Refuse inputs that are not (*S, B, L, d_model) with a mask (B, L) (the mask broadcasts
+    over the sample dimensions *S)."""
     width = layer.n_heads * layer.d_head
-    if x.dim() != 3 or x.shape[-1] != width:
+    if x.dim() < 3 or x.shape[-1] != width:
         raise ValueError(
-            f"{type(layer).__name__}: x of shape {tuple(x.shape)}: must be (B, L, {width}) "
-            f"(one sample per call: vectorised plates such as Predictive(parallel=True) are not "
-            f"supported)"
+            f"{type(layer).__name__}: x of shape {tuple(x.shape)}: must be (B, L, {width}), "
+            f"or (*S, B, L, {width}) with sample dimensions *S on the left"
         )
-    if mask is not None and tuple(mask.shape) != tuple(x.shape[:2]):
+    if mask is not None and tuple(mask.shape) != tuple(x.shape[-3:-1]):
         raise ValueError(
             f"{type(layer).__name__}: mask of shape {tuple(mask.shape)}: must be "
-            f"{tuple(x.shape[:2])}, that of x without its last dimension"
+            f"{tuple(x.shape[-3:-1])}, that of x's last two dimensions before d_model"
         )
 
 
@@ -76,7 +106,9 @@ class MultiHeadAttention(PyroModule):
             kept as :attr:`options`.
 
     Call as ``layer(x, mask)``: x (B, L, d_model), mask (B, L) bool, True for real tokens
-    (padding keys get zero weight), or None → (B, L, d_model).
+    (padding keys get zero weight), or None → (B, L, d_model); x may have sample dimensions on
+    the left, (*S, B, L, d_model) → (*S, B, L, d_model), the mask staying (B, L) (see the module
+    docstring).
     """
 
     #: the kind's options (pydantic, :mod:`probtrans.specs.attention`): names, defaults, bounds
@@ -114,15 +146,17 @@ class MultiHeadAttention(PyroModule):
             self.out = nn.Linear(d_model, d_model)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        """x: (B, L, D); mask: (B, L) bool, True for real tokens → (B, L, D)."""
+        """x: (*S, B, L, D); mask: (B, L) bool, True for real tokens → (*S, B, L, D), or
+        (S, B, L, D) for x (B, L, D) when sample sites carry a vectorised plate's dimension."""
         check_tokens(self, x, mask)
-        batch, length, width = x.shape
-        q, k, v = self.qkv(x).view(batch, length, 3, self.n_heads, self.d_head).unbind(2)
-        h = self.attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask)
-        return self.out(h.transpose(1, 2).reshape(batch, length, width))
+        qkv = self.qkv(x).unflatten(-1, (3, self.n_heads, self.d_head))  # (*S, B, L, 3, H, d)
+        q, k, v = (t.transpose(-2, -3) for t in qkv.unbind(-3))  # (*S, B, H, L, d) each
+        h = self.attend(q, k, v, mask)  # (*S', B, H, L, d)
+        return self.out(h.transpose(-2, -3).flatten(-2))
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None) -> Tensor:
-        """q, k, v: (B, H, L, d_head) → (B, H, L, d_head)."""
+        """q, k, v: (*S, B, H, L, d_head), key_mask (B, L) → (*S', B, H, L, d_head), *S' the
+        sample dimensions of the inputs broadcast with those of the layer's sites."""
         raise NotImplementedError
 
     def attend_projected(

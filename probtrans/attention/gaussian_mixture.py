@@ -54,7 +54,8 @@ from probtrans.specs.attention import GaussianMixtureOptions
 class Mixture:
     """The parameters of one layer's units for a batch, per head.
 
-    Precisions have a last dimension of size n (per unit) or 1 (equal across units).
+    Precisions have a last dimension of size n (per unit) or 1 (equal across units). Every
+    tensor may have sample dimensions *S left of B (:mod:`probtrans.attention.base`).
     """
 
     keys: Tensor  # ξ (B, H, n, d)
@@ -76,10 +77,10 @@ def square_distance(a: Tensor, b: Tensor) -> Tensor:
 
 
 def mask_units(scores: Tensor, mask: Tensor | None) -> Tensor:
-    """Set scores (B, H, L, n) of padding units to −inf; mask (B, n), True for real units."""
+    """Set scores (*S, B, H, L, n) of padding units to −inf; mask (B, n), True for real units."""
     if mask is None:
         return scores
-    return scores.masked_fill(~mask[:, None, None, :], float("-inf"))
+    return scores.masked_fill(~mask[..., None, None, :], float("-inf"))
 
 
 def log_joint(q: Tensor, mix: Mixture, v: Tensor | None = None) -> Tensor:
@@ -165,28 +166,28 @@ class MixtureUnits(nn.Module):
             self.register_buffer(name, value)
 
     def mixture(self, keys: Tensor, values: Tensor, mask: Tensor | None) -> Mixture:
-        """Units with keys (B, H, n, d), values (B, H, n, m), mask (B, n) → :class:`Mixture`."""
+        """Units with keys (*S, B, H, n, d), values (*S, B, H, n, m), mask (B, n) →
+        :class:`Mixture`."""
         log_alpha = self.log_alpha.view(1, -1, 1)  # (1, H|1, 1)
         if self.per_unit:
-            log_alpha = log_alpha + torch.einsum("bhnd,hd->bhn", keys, self.alpha_weight)
+            log_alpha = log_alpha + torch.einsum("...hnd,hd->...hn", keys, self.alpha_weight)
         alpha = log_alpha.exp()
         beta = None
         if self.log_beta is not None:
             log_beta = self.log_beta.view(1, -1, 1)
             if self.per_unit:
-                log_beta = log_beta + torch.einsum("bhnm,hm->bhn", values, self.beta_weight)
+                log_beta = log_beta + torch.einsum("...hnm,hm->...hn", values, self.beta_weight)
             beta = log_beta.exp()
-        batch, heads, n, _ = keys.shape
         if self.prior == "uniform":
-            logits = keys.new_zeros(batch, heads, n)
+            logits = keys.new_zeros(keys.shape[:-1])  # (*S, B, H, n)
         elif self.prior == "length":  # Eq. 16–17
             logits = 0.5 * alpha * keys.pow(2).sum(-1)
             if beta is not None:
                 logits = logits + 0.5 * beta * values.pow(2).sum(-1)
         else:
             units = torch.cat([keys, values], dim=-1)
-            logits = torch.einsum("bhnk,hk->bhn", units, self.prior_weight)
-        log_prior = mask_units(logits.unsqueeze(-2), mask).log_softmax(-1)  # (B, H, 1, n)
+            logits = torch.einsum("...hnk,hk->...hn", units, self.prior_weight)
+        log_prior = mask_units(logits.unsqueeze(-2), mask).log_softmax(-1)  # (*S, B, H, 1, n)
         return Mixture(keys, values, alpha, beta, log_prior, mask)
 
     def forward(self, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None) -> Tensor:
@@ -220,6 +221,12 @@ class GaussianMixtureAttention(MultiHeadAttention):
         self.units = MixtureUnits(self.options, n_heads, self.d_head, self.d_head)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None) -> Tensor:
+        if self.units.adaptation is not None and q.dim() > 4:
+            raise ValueError(
+                f"{type(self).__name__}: queries of shape {tuple(q.shape)}: inference-time "
+                f"adaptation (probtrans.adaptation) adapts one batch (B, H, L, d) at a time, "
+                f"without sample dimensions on the left"
+            )
         return self.units(q, k, v, key_mask)
 
 

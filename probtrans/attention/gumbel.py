@@ -26,12 +26,12 @@ from functools import cache
 
 import pyro.distributions as dist
 import torch
-import torch.nn.functional as F
 from pyro.distributions.relaxed_straight_through import QuantizeCategorical
 from torch import Tensor
 from torch.distributions.utils import clamp_probs
 
-from probtrans.contract import full_precision
+from probtrans.attention.base import scaled_dot_product
+from probtrans.contract import full_precision, plate_batch_shape
 
 #: elements per independently seeded chunk of CPU noise
 CHUNK = 1 << 22
@@ -98,9 +98,10 @@ class RelaxedOneHotCategoricalStraightThrough(dist.RelaxedOneHotCategoricalStrai
 def relaxed_one_hot(temperature: float, logits: Tensor, hard: bool) -> dist.Distribution:
     """Row-wise (straight-through) relaxed one-hot categorical with event shape (H, L, K).
 
-    logits: (B, H, L, K). Batch shape is (B,), so the site sits in the data plate. The
-    distribution is in float32 at least: the probabilities of an autocast region's bfloat16
-    logits do not sum to 1 closely enough for its simplex check.
+    logits: (*S, B, H, L, K). Batch shape is (*S, B), so the site sits in the data plate (and
+    in the vectorised plates of *S). The distribution is in float32 at least: the probabilities
+    of an autocast region's bfloat16 logits do not sum to 1 closely enough for its simplex
+    check.
     """
     logits = full_precision(logits)
     tau = torch.tensor(temperature, dtype=logits.dtype, device=logits.device)
@@ -118,14 +119,17 @@ def fused_relaxed_attention(
 ) -> Tensor:
     """â v with â ~ RelaxedOneHotCategorical(τ, logits = q kᵀ) row-wise, fused.
 
-    q: (B, H, L_q, d); k: (B, H, L_k, d); v: (B, H, L_k, d_v); key_mask: (B, L_k), True for real
-    tokens (padding keys get weight exactly 0) → (B, H, L_q, d_v). ``dropout`` drops sampled
-    weights as ``F.dropout(â) @ v`` does.
+    q: (*S, B, H, L_q, d); k: (*S, B, H, L_k, d); v: (*S, B, H, L_k, d_v), their sample
+    dimensions *S broadcasting; key_mask: (B, L_k), True for real tokens (padding keys get
+    weight exactly 0) → (*S', B, H, L_q, d_v). The noise has the batch shape the site would
+    have (:func:`~probtrans.contract.plate_batch_shape`): inside vectorised plates, *S' includes
+    theirs and every sample gets its own noise. ``dropout`` drops sampled weights as
+    ``F.dropout(â) @ v`` does.
     """
-    batch, heads, length_q, _ = q.shape
-    noise = gumbel((batch, heads, length_q, k.shape[-2]), q.dtype, q.device, 1.0 / temperature)
+    events = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])  # (*S, B, H)
+    batch = plate_batch_shape(events[:-1])  # the site's batch shape
+    shape = (*batch, events[-1], q.shape[-2], k.shape[-2])  # (*S', B, H, L_q, L_k)
+    noise = gumbel(shape, q.dtype, q.device, 1.0 / temperature)
     if key_mask is not None:
-        noise.masked_fill_(~key_mask[:, None, None, :], -math.inf)
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=noise, dropout_p=dropout, scale=1.0 / temperature
-    )
+        noise.masked_fill_(~key_mask[..., None, None, :], -math.inf)
+    return scaled_dot_product(q, k, v, noise, dropout_p=dropout, scale=1.0 / temperature)

@@ -3,10 +3,11 @@
 Equations 14–17 of the paper.
 
 Per head, with centroids C ∈ R^{d_h × c}:
-    â_c ~ RelaxedOneHotCategorical(τ₁, logits = k C)      (Eq. 14)   (B, H, L, c)
-    k̂   = â_c Cᵀ                                          (Eq. 15)   (B, H, L, d_h)
-    â_v ~ RelaxedOneHotCategorical(τ₂, logits = q k̂ᵀ)     (Eq. 16)   (B, H, L, L)
+    â_c ~ RelaxedOneHotCategorical(τ₁, logits = k C)      (Eq. 14)   (*S, B, H, L, c)
+    k̂   = â_c Cᵀ                                          (Eq. 15)   (*S, B, H, L, d_h)
+    â_v ~ RelaxedOneHotCategorical(τ₂, logits = q k̂ᵀ)     (Eq. 16)   (*S, B, H, L, L)
     h   = â_v v                                            (Eq. 17)
+(*S: sample dimensions, those of vectorised plates; see :mod:`probtrans.attention.base`.)
 The authors' code shares one centroid matrix per layer across heads with c = 2; ``centroids =
 "head"`` gives each head its own. Under :func:`~probtrans.contract.fused_attention`, Eq.
 16–17 run as one fused kernel (:mod:`probtrans.attention.gumbel`).
@@ -23,7 +24,7 @@ from torch import Tensor, nn
 from probtrans.attention.base import MultiHeadAttention, masked_logits
 from probtrans.attention.gumbel import fused_relaxed_attention, relaxed_one_hot
 from probtrans.attention.registry import register_attention
-from probtrans.contract import fused_attention_enabled, sample_attention
+from probtrans.contract import fused_attention_enabled, plate_batch_shape, sample_attention
 from probtrans.specs.attention import HierarchicalOptions
 
 
@@ -64,14 +65,15 @@ class HierarchicalStochasticAttention(MultiHeadAttention):
         self.centroids.data.copy_(picked.transpose(-1, -2))
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None) -> Tensor:
-        C = self.centroids  # (d_h, c) or (H, d_h, c); broadcasts over (B, H)
+        C = self.centroids  # (d_h, c) or (H, d_h, c); broadcasts over (*S, B, H)
         fused = fused_attention_enabled() and not self.hard
         keys_over_centroids = relaxed_one_hot(self.tau1, k @ C, self.hard)
-        if fused:  # the site is hidden: draw it without the sample statement
-            a_c = keys_over_centroids.rsample()
+        if fused:  # the site is hidden: draw it without the sample statement, as Pyro would
+            batch = plate_batch_shape(keys_over_centroids.batch_shape)
+            a_c = keys_over_centroids.expand(batch).rsample()
         else:
             a_c = sample_attention(self.site("a_c"), keys_over_centroids)
-        k_hat = a_c @ C.transpose(-1, -2)  # (B, H, L, d_h)
+        k_hat = a_c @ C.transpose(-1, -2)  # (*S, B, H, L, d_h)
         if fused:
             dropout = self.dropout if self.training else 0.0
             return fused_relaxed_attention(q, k_hat, v, self.tau2, key_mask, dropout)

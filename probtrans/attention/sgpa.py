@@ -98,20 +98,21 @@ class KernelAttention(MultiHeadAttention):
         )
 
     def split_heads(self, x: Tensor) -> Tensor:
-        """(B, T, H·d) → (B, H, T, d)."""
-        return x.unflatten(-1, (self.n_heads, self.d_head)).transpose(1, 2)
+        """(*S, B, T, H·d) → (*S, B, H, T, d)."""
+        return x.unflatten(-1, (self.n_heads, self.d_head)).transpose(-2, -3)
 
     def project(self, x: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
-        """Queries = amortised keys (B, H, T, d) and values (B, H, T, d), zero at padding."""
+        """x (*S, B, T, D), mask (B, T) → queries = amortised keys (*S, B, H, T, d) and values
+        (*S, B, H, T, d), zero at padding."""
         check_tokens(self, x, mask)
         q, v = self.split_heads(self.qk(x)), self.split_heads(self.value(x))
         if mask is not None:
-            v = v * mask[:, None, :, None].to(v.dtype)
+            v = v * mask[..., None, :, None].to(v.dtype)
         return q, v
 
     def merge_heads(self, f: Tensor) -> Tensor:
-        """Per-head outputs (B, H, d, T) → W_F concat(F_1, …, F_H): (B, T, D)."""
-        return self.out(f.permute(0, 3, 1, 2).flatten(2))
+        """Per-head outputs (*S, B, H, d, T) → W_F concat(F_1, …, F_H): (*S, B, T, D)."""
+        return self.out(f.movedim(-1, -3).flatten(-2))
 
 
 class SGPAttention(KernelAttention):
@@ -125,7 +126,9 @@ class SGPAttention(KernelAttention):
 
     ``u_g`` is global: a model draws it outside its data plate by reading ``layer.u_g`` once
     before the plate (the ``PyroSample`` keeps the draw for the rest of the call), as
-    :meth:`probtrans.model.Classifier.sample_globals` does.
+    :meth:`probtrans.model.Classifier.sample_globals` does. Inside a vectorised plate of size S
+    (at dim −2, the data plate at −1) it is drawn with shape (S, 1, H, d_head, M_g), and the
+    layer's output gets that sample dimension: (S, B, T, D).
     """
 
     options_class = SGPAOptions
@@ -158,7 +161,8 @@ class SGPAttention(KernelAttention):
         return torch.einsum("hmi,hdi->hmd", self.inducing_map(self.z_g), w_qk)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        """x: (B, T, D); mask: (B, T) bool, True for real tokens → (B, T, D)."""
+        """x: (*S, B, T, D); mask: (B, T) bool, True for real tokens → (*S', B, T, D), *S' the
+        sample dimensions of x broadcast with those of u_g and f."""
         with autocast_off(x):  # see "Mixed precision" in the module docstring
             q, v = self.project(full_precision(x), mask)
             f = self.sample_output(q, v, self.global_keys(), mask)
@@ -173,22 +177,27 @@ class SGPAttention(KernelAttention):
         with autocast_off(k):
             k, v = full_precision(k), full_precision(v)
             if key_mask is not None:
-                v = v * key_mask[:, None, :, None].to(v.dtype)
+                v = v * key_mask[..., None, :, None].to(v.dtype)
             f = self.sample_output(k, v, self.global_keys(key_map), key_mask)
-        return f.transpose(-1, -2)  # (B, H, d, T) → (B, H, T, d)
+        return f.transpose(-1, -2)  # (*S, B, H, d, T) → (*S, B, H, T, d)
 
     def sample_output(self, q: Tensor, v: Tensor, keys: Tensor, mask: Tensor | None) -> Tensor:
-        """The sites of the layer given amortised keys q and values v (B, H, T, d), global
-        keys (H, M_g, d): the amortised KL factor, u_g, and the draw of F (B, H, d, T)."""
+        """The sites of the layer given amortised keys q and values v (*S, B, H, T, d), global
+        keys (H, M_g, d): the amortised KL factor, u_g, and the draw of F (*S', B, H, d, T).
+
+        u_g is (H, d, M_g), or (*S, 1, H, d, M_g) inside vectorised plates; one with the data
+        plate's dimension (B ≠ 1 at dim −4) was drawn inside the data plate, and is refused."""
         conditional = decoupled_conditional(self.kernel, q, keys, v, self.jitter, mask)
         kl_term(self.site("kl_amortised"), conditional.amortised_kl)
         u_g = self.u_g
-        if u_g.dim() != 3:
+        if u_g.dim() > 3 and u_g.shape[-4] != 1:
             raise ValueError(
                 f"{type(self).__name__}: the global site {self.site('u_g')!r} was drawn with "
-                f"shape {tuple(u_g.shape)}, not (H, d_head, M_g): draw it outside the data "
-                f"plate (read the layer's u_g once before entering the plate; the draw is "
-                f"kept for the rest of the call)"
+                f"shape {tuple(u_g.shape)}, not (H, d_head, M_g), nor (*S, 1, H, d_head, M_g) "
+                f"in vectorised plates: draw it outside the data plate (read the layer's u_g "
+                f"once before entering the plate; the draw is kept for the rest of the call), "
+                f"and give Predictive(parallel=True) a guide's draws with the data plate's "
+                f"dimension (README, 'Vectorised sampling')"
             )
         return sample_attention(self.site("f"), conditional.distribution(u_g, self.sampling))
 
@@ -216,7 +225,8 @@ class StandardSGPAttention(KernelAttention):
         self.scale = nn.Linear(d_model, d_model)  # amortised posterior std σ (after softplus)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        """x: (B, T, D); mask: (B, T) bool, True for real tokens → (B, T, D)."""
+        """x: (*S, B, T, D); mask: (B, T) bool, True for real tokens → (*S', B, T, D), *S' the
+        sample dimensions of x broadcast with those of the site u_a."""
         with autocast_off(x):  # see "Mixed precision" in the module docstring
             x = full_precision(x)
             q, v = self.project(x, mask)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import torch.nn.functional as F
 from torch import Tensor
 
-from probtrans.attention.base import MultiHeadAttention
+from probtrans.attention.base import MultiHeadAttention, scaled_dot_product
 from probtrans.attention.registry import register_attention
 from probtrans.specs.attention import SoftmaxOptions
 
@@ -30,12 +29,12 @@ class SoftmaxAttention(MultiHeadAttention):
         self.dropout = self.options.dropout
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None) -> Tensor:
-        mask = None if key_mask is None else key_mask[:, None, None, :]
-        return F.scaled_dot_product_attention(
+        mask = None if key_mask is None else key_mask[..., None, None, :]  # (B, 1, 1, L)
+        return scaled_dot_product(
             q,
             k,
             v,
-            attn_mask=mask,
+            mask,
             dropout_p=self.dropout if self.training else 0.0,
             scale=1.0 / self.tau,
         )

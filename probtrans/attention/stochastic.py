@@ -43,7 +43,7 @@ class StochasticAttention(MultiHeadAttention):
         if fused_attention_enabled() and not self.hard:
             dropout = self.dropout if self.training else 0.0
             return fused_relaxed_attention(q, k, v, self.tau, key_mask, dropout)
-        logits = masked_logits(q @ k.transpose(-1, -2), key_mask)  # (B, H, L, L)
+        logits = masked_logits(q @ k.transpose(-1, -2), key_mask)  # (*S, B, H, L, L)
         a_v = sample_attention(self.site("a_v"), relaxed_one_hot(self.tau, logits, self.hard))
         return F.dropout(a_v, self.dropout, self.training) @ v
 

@@ -71,36 +71,41 @@ Sampling = Literal["marginal", "full"]
 class DecoupledConditional:
     """p(F | ε) of one decoupled SGPA layer on a batch, for every head h and output dim d.
 
-    Shapes: B sequences, H heads, T tokens, d output dims per head, M global inducing points.
+    Shapes: B sequences, H heads, T tokens, d output dims per head, M global inducing points;
+    *S sample dimensions of the inputs (those of vectorised plates), absent for a batch (B, …).
     """
 
-    amortised_mean: Tensor  # m_a = (K_aa − AᵀA) v_a, (B, H, d, T), float64
-    cross: Tensor  # A = L_K⁻¹ K_ga, (B, H, M, T), float64
-    k_aa: Tensor  # K_aa, (B, H, T, T), float64
-    amortised_kl: Tensor  # ½ Σ_{h,d} v_aᵀ (K_aa − K_ag K_gg⁻¹ K_ga) v_a, (B,), in ``dtype``
+    amortised_mean: Tensor  # m_a = (K_aa − AᵀA) v_a, (*S, B, H, d, T), float64
+    cross: Tensor  # A = L_K⁻¹ K_ga, (*S, B, H, M, T), float64
+    k_aa: Tensor  # K_aa, (*S, B, H, T, T), float64
+    amortised_kl: Tensor  # ½ Σ_{h,d} v_aᵀ (K_aa − K_ag K_gg⁻¹ K_ga) v_a, (*S, B), in ``dtype``
     key_mask: Tensor | None  # (B, T), True for real tokens
     jitter: float
     dtype: torch.dtype  # of the layer's inputs (float32 at least) and of every method's result
 
     def mean(self, eps: Tensor) -> Tensor:
-        """E[F | ε] = m_a + Aᵀ ε: eps (..., H, d, M) → (..., B, H, d, T)."""
-        aligned = torch.einsum("bhmt,...hdm->...bhdt", self.cross, eps.to(self.cross.dtype))
+        """E[F | ε] = m_a + Aᵀ ε: eps (*E, H, d, M) → (*, H, d, T), the batch dimensions *E of
+        eps and (*S, B) of the inputs broadcast right-aligned: eps (H, d, M) → (*S, B, H, d, T);
+        eps (S, 1, H, d, M), one draw per sample of a vectorised plate → (S, B, H, d, T)."""
+        aligned = eps.to(self.cross.dtype) @ self.cross  # (*, H, d, T)
         return (self.amortised_mean + aligned).to(self.dtype)
 
     def variance(self) -> Tensor:
-        """diag(K_aa − AᵀA): the per-token variance of F given ε, shared by all d, (B, H, T)."""
+        """diag(K_aa − AᵀA): the per-token variance of F given ε, shared by all d, (*S, B, H, T)."""
         prior = self.k_aa.diagonal(dim1=-2, dim2=-1)
         return (prior - self.cross.pow(2).sum(-2)).clamp_min(self.jitter).to(self.dtype)
 
     def covariance(self) -> Tensor:
-        """K_aa − AᵀA: the covariance over tokens of F given ε, shared by all d, (B, H, T, T)."""
+        """K_aa − AᵀA: the covariance over tokens of F given ε, shared by all d,
+        (*S, B, H, T, T)."""
         return self._covariance64().to(self.dtype)
 
     def _covariance64(self) -> Tensor:
         return self.k_aa - self.cross.transpose(-1, -2) @ self.cross
 
     def distribution(self, eps: Tensor, sampling: Sampling = "marginal") -> dist.Distribution:
-        """p(F | ε) as a distribution with batch shape (B,) and event shape (H, d, T).
+        """p(F | ε) as a distribution with event shape (H, d, T) and batch shape the broadcast
+        of eps's and the inputs' batch dimensions (see :meth:`mean`): (*S, B) for eps (H, d, M).
 
         ``marginal`` (the authors' choice): tokens independent given ε, each with its exact
         conditional variance. ``full``: the joint Gaussian over tokens (a T × T Cholesky per
@@ -108,24 +113,25 @@ class DecoupledConditional:
         hence the same marginal mean m_d and variance diag Σ_d once ε ~ q(ε) is integrated out;
         ``full`` also has the exact cross-token covariance Σ_d.
         """
-        loc = self.mean(eps)  # (B, H, d, T)
+        loc = self.mean(eps)  # (*, H, d, T)
         if sampling == "marginal":
             scale = self.variance().sqrt().unsqueeze(-2).expand_as(loc)
             return dist.Normal(loc, scale).to_event(3)
         covariance = decouple_padding(self._covariance64(), self.key_mask)
-        scale_tril = jittered_cholesky(covariance, self.jitter).to(self.dtype).unsqueeze(2)
+        scale_tril = jittered_cholesky(covariance, self.jitter).to(self.dtype).unsqueeze(-3)
         return dist.MultivariateNormal(loc, scale_tril=scale_tril).to_event(2)
 
     def moments(self, loc: Tensor, scale_tril: Tensor) -> tuple[Tensor, Tensor]:
-        """Mean m_d (B, H, d, T) and covariance Σ_d (B, H, d, T, T) of F once the whitened
-        inducing values are integrated out under q(ε_d) = N(loc_d, L_d L_dᵀ).
+        """Mean m_d (*S, B, H, d, T) and covariance Σ_d (*S, B, H, d, T, T) of F once the
+        whitened inducing values are integrated out under q(ε_d) = N(loc_d, L_d L_dᵀ).
 
         loc: (H, d, M); scale_tril: (H, d, M, M).
         """
         cross = self.cross.to(self.dtype)
         with autocast_off(cross):
-            a_l = torch.einsum("bhmt,hdmn->bhdtn", cross, scale_tril)  # Aᵀ L_d, (B, H, d, T, M)
-            return self.mean(loc), self.covariance().unsqueeze(2) + a_l @ a_l.transpose(-1, -2)
+            a_l = torch.einsum("...hmt,hdmn->...hdtn", cross, scale_tril)  # Aᵀ L_d, (…, T, M)
+            covariance = self.covariance().unsqueeze(-3)  # (*S, B, H, 1, T, T)
+            return self.mean(loc), covariance + a_l @ a_l.transpose(-1, -2)
 
 
 def decoupled_conditional(
@@ -138,23 +144,23 @@ def decoupled_conditional(
 ) -> DecoupledConditional:
     """Kernel matrices and whitened projections of one decoupled SGPA layer.
 
-    kernel: per-head kernel (batch shape (H,)); x_a: amortised keys = queries (B, H, T, d_k);
-    x_g: global keys (H, M, d_k); v_a: amortised values (B, H, T, d), zero at padding tokens;
-    key_mask: (B, T), True for real tokens. K_gg gets ``jitter`` on its diagonal, ten times more
-    after every failed Cholesky (:func:`~probtrans.gp.linalg.jittered_cholesky`). Everything is
-    computed in float64, with autocast off (see the module docstring); ``amortised_kl`` and the
-    methods' results come back in the dtype of ``x_a``, or in float32 if that is narrower (a
-    bfloat16 autocast region's).
+    kernel: per-head kernel (batch shape (H,)); x_a: amortised keys = queries (*S, B, H, T,
+    d_k); x_g: global keys (H, M, d_k); v_a: amortised values (*S, B, H, T, d), zero at padding
+    tokens; key_mask: (B, T), True for real tokens. K_gg gets ``jitter`` on its diagonal, ten
+    times more after every failed Cholesky (:func:`~probtrans.gp.linalg.jittered_cholesky`).
+    Everything is computed in float64, with autocast off (see the module docstring);
+    ``amortised_kl`` and the methods' results come back in the dtype of ``x_a``, or in float32
+    if that is narrower (a bfloat16 autocast region's).
     """
     dtype = torch.promote_types(x_a.dtype, torch.float32)
     x_a, x_g, v_a = x_a.double(), x_g.double(), v_a.double()
     with autocast_off(x_a):
-        k_aa = gram(kernel, x_a, x_a)  # (B, H, T, T)
-        k_ga = gram(kernel, x_g, x_a)  # (B, H, M, T)
+        k_aa = gram(kernel, x_a, x_a)  # (*S, B, H, T, T)
+        k_ga = gram(kernel, x_g, x_a)  # (*S, B, H, M, T)
         chol_gg = jittered_cholesky(gram(kernel, x_g, x_g), jitter)  # L_K, (H, M, M)
-        cross = torch.linalg.solve_triangular(chol_gg, k_ga, upper=False)  # A, (B, H, M, T)
+        cross = torch.linalg.solve_triangular(chol_gg, k_ga, upper=False)  # A, (*S, B, H, M, T)
         residual_v = k_aa @ v_a - cross.transpose(-1, -2) @ (cross @ v_a)  # (K_aa − AᵀA) v_a
-        amortised_kl = 0.5 * (v_a * residual_v).sum((1, 2, 3))
+        amortised_kl = 0.5 * (v_a * residual_v).sum((-3, -2, -1))  # (*S, B)
     return DecoupledConditional(
         amortised_mean=residual_v.transpose(-1, -2),
         cross=cross,

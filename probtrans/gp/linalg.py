@@ -33,11 +33,12 @@ def jittered_cholesky(matrix: Tensor, jitter: float, max_tries: int = 10) -> Ten
 def decouple_padding(matrix: Tensor, key_mask: Tensor | None) -> Tensor:
     """Covariance over tokens with padding tokens made independent unit-variance dummies.
 
-    matrix: (B, H, T, T); key_mask: (B, T), True for real tokens. Rows and columns of padding
-    tokens become those of the identity, so factorisations never mix them with real tokens.
+    matrix: (*S, B, H, T, T); key_mask: (B, T), True for real tokens. Rows and columns of
+    padding tokens become those of the identity, so factorisations never mix them with real
+    tokens.
     """
     if key_mask is None:
         return matrix
-    real = key_mask[:, None, :, None] & key_mask[:, None, None, :]  # (B, 1, T, T)
+    real = key_mask[..., None, :, None] & key_mask[..., None, None, :]  # (B, 1, T, T)
     eye = torch.eye(matrix.shape[-1], dtype=matrix.dtype, device=matrix.device)
     return torch.where(real, matrix, eye)
