@@ -47,9 +47,26 @@ UNRELIABLE = "LOO unreliable"
 
 
 def heldout_elpd(probs: np.ndarray, labels: np.ndarray) -> tuple[float, float, np.ndarray]:
-    """Held-out ELPD of a predictive: probs (S, N, C), labels (N,) → (elpd_test, se,
-    pointwise (N,)), pointwise_n = log (1/S) Σ_s p(ỹ_n | θ_s). A label probability below
-    float32's smallest normal number (≈ 1e-38) counts as that number."""
+    """Held-out ELPD of a predictive: the class probabilities p(c | x̃_n, θ_s) of S posterior
+    draws ``probs`` (S, N, C) and the integer ``labels`` ỹ (N,) in [0, C) → (elpd_test, se,
+    pointwise (N,)), pointwise_n = log (1/S) Σ_s p(ỹ_n | θ_s), se of VGG17 Eq. 23 (module
+    docstring). A label probability below float32's smallest normal number (≈ 1e-38) counts as
+    that number."""
+    probs, labels = np.asarray(probs), np.asarray(labels)
+    if probs.ndim != 3 or 0 in (probs.shape[0], probs.shape[2]):
+        raise ValueError(
+            f"probs must be 3-D (draws S ≥ 1, examples N, classes C ≥ 1), got shape {probs.shape}"
+        )
+    if labels.shape != probs.shape[1:2] or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(
+            f"labels must be integers of shape ({probs.shape[1]},) to match probs, "
+            f"got {labels.dtype} of shape {labels.shape}"
+        )
+    if labels.size and (labels.min() < 0 or labels.max() >= probs.shape[2]):
+        raise ValueError(
+            f"labels must lie in [0, {probs.shape[2]}), got values in "
+            f"[{labels.min()}, {labels.max()}]"
+        )
     taken = np.take_along_axis(probs, labels[None, :, None].astype(np.int64), -1)[..., 0]  # (S, N)
     mean = taken.astype(np.float64).mean(0)  # (N,)
     pointwise = np.log(np.maximum(mean, np.finfo(np.float32).tiny))

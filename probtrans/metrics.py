@@ -59,6 +59,7 @@ def _check_mean_probs(mean_probs: np.ndarray) -> np.ndarray:
     if mean_probs.ndim != 2:
         raise ValueError(
             f"mean_probs must be 2-D (examples N, classes C), got shape {mean_probs.shape}"
+            + (" (draws (S, N, C): pass their mean over axis 0)" if mean_probs.ndim == 3 else "")
         )
     if 0 in mean_probs.shape:
         raise ValueError(f"mean_probs must not be empty, got shape {mean_probs.shape}")
@@ -192,10 +193,11 @@ def _calibration_gaps(
 
 
 def ece(mean_probs: np.ndarray, labels: np.ndarray, n_bins: int = 15) -> float:
-    """Top-label expected calibration error (Guo et al. 2017).
+    """Top-label expected calibration error (Guo et al. 2017) of the predictive ``mean_probs``
+    (N, C) (of S draws (S, N, C): their mean over axis 0) and the integer ``labels`` (N,).
 
-    ECE = Σ_b (n_b / N) |acc_b - conf_b| over the bins of :func:`calibration_bins`; empty bins
-    contribute nothing.
+    ECE = Σ_b (n_b / N) |acc_b - conf_b| over the ``n_bins`` equal-width bins of
+    :func:`calibration_bins`; empty bins contribute nothing.
     """
     count, gap = _calibration_gaps(mean_probs, labels, n_bins)
     return float(np.sum(count * gap) / np.sum(count))
@@ -330,7 +332,10 @@ def uncertainty_scores(
 
 
 def ood_detection(score_in: np.ndarray, score_out: np.ndarray) -> dict[str, float]:
-    """How well a score (higher = more uncertain) tells out-of-domain inputs from in-domain ones.
+    """How well a score (higher = more uncertain) tells out-of-domain inputs from in-domain ones:
+    ``score_in`` (N_in,) of the in-domain inputs, ``score_out`` (N_out,) of the out-of-domain
+    ones (e.g. :func:`mutual_information` of each side's draws; :func:`ood_report` for every
+    score of the class probabilities).
 
     * ``auroc``: area under the ROC curve (scikit-learn ``roc_auc_score``); the same with either
       class as positive;
@@ -346,6 +351,8 @@ def ood_detection(score_in: np.ndarray, score_out: np.ndarray) -> dict[str, floa
     for name, score in (("score_in", score_in), ("score_out", score_out)):
         if score.ndim != 1 or score.size == 0:
             raise ValueError(f"{name} must be a non-empty 1-D array, got shape {score.shape}")
+        if not np.isfinite(score).all():
+            raise ValueError(f"{name} holds {int((~np.isfinite(score)).sum())} non-finite values")
     is_ood = np.concatenate([np.zeros(score_in.size), np.ones(score_out.size)])
     score = np.concatenate([score_in, score_out])
     fpr, tpr, _ = roc_curve(1.0 - is_ood, -score, drop_intermediate=False)

@@ -16,7 +16,7 @@ from probtrans.elpd import MIN_LOO_DRAWS, heldout_elpd, psis_loo
 from probtrans.inference.predictive import global_sites
 from probtrans.resolve import load_inference_spec
 from probtrans.runs import fit, load_run
-from probtrans.runs.folder import read_probs
+from probtrans.runs.kept import read_probs
 from probtrans.specs import Comparison, Method
 from probtrans.specs.inference import AUTOMATIC_LOO_SAMPLES
 from tests.conftest import TINY_MODEL, tiny_inference
@@ -131,8 +131,9 @@ def test_az_loo_on_the_file_is_psis_loo_over_the_training_examples(mfvi_run):
 
 def test_arviz_reads_the_file_by_its_conventions(mfvi_run):
     """``y_train`` and ``y_test`` in every group that has them, the same draws: ``az.loo_pit``,
-    ``az.plot_ppc``, ``az.summary`` and ``az.plot_forest`` run on ``predictive.nc`` as it is,
-    and the posterior-predictive labels follow each draw's class probabilities."""
+    ``az.plot_ppc``, ``az.summary``, ``az.compare`` and ``az.plot_forest`` run on
+    ``predictive.nc`` as it is, and the posterior-predictive labels follow each draw's class
+    probabilities."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -142,6 +143,9 @@ def test_arviz_reads_the_file_by_its_conventions(mfvi_run):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         pit = az.loo_pit(idata, y="y_train")
+        table = az.compare({"a": idata, "b": idata})  # the InferenceData, not its az.loo
+        loo = az.loo(idata)
+    assert list(table["elpd_loo"]) == pytest.approx([loo.elpd_loo] * 2)
     assert pit.shape == idata.observed_data["y_train"].shape and ((0 <= pit) & (pit <= 1)).all()
     axes = az.plot_ppc(idata, num_pp_samples=20)
     assert len(np.ravel(axes)) == 2  # y_train and y_test
