@@ -43,6 +43,10 @@ compare wrote one, nothing but ``table.md``, ``table.csv``, ``figure.png`` and `
 ``runs/`` or all three of the others). A folder of the user's, holding anything else, is refused
 unless ``force`` (``--force``): then compare writes its files into it, replacing those of the
 same names, and leaves the others as they are.
+
+The table and the figure read each method's runs from folders given by method name
+(:data:`Folders`): those under ``OUT/runs/`` here, those of guides given in Python in
+:func:`probtrans.guide_comparison.compare_guides`.
 """
 
 from __future__ import annotations
@@ -66,15 +70,8 @@ from probtrans.io import is_temporary_file, read_json, save_png, write_json, wri
 from probtrans.metrics import METRICS, UNCERTAINTY_SCORES
 from probtrans.resolve import load_inference_spec, load_model_spec
 from probtrans.runs import fit
-from probtrans.runs.folder import (
-    RunInfo,
-    check_samples,
-    probs_origin,
-    read_probs,
-    read_timing,
-    run_name,
-    spec_label,
-)
+from probtrans.runs.folder import RunInfo, read_timing, run_name, spec_label
+from probtrans.runs.kept import check_samples, probs_origin, read_probs
 from probtrans.specs import Comparison, Method, read_spec, read_spec_text
 from probtrans.summary import comparison_metrics, summarise
 
@@ -205,10 +202,22 @@ def run_dir(out: Path, method: Method, seed: int) -> Path:
     return out / "runs" / f"{run_name(method.model, method.inference, '__')}__s{seed}"
 
 
+#: method name → the folders of its runs, one per seed: what the table and the figure read
+Folders = dict[str, list[Path]]
+
+
+def method_folders(comparison: Comparison, out: Path) -> Folders:
+    """The folders of the comparison's runs under ``OUT/runs/`` (:func:`run_dir`)."""
+    return {
+        method.name: [run_dir(out, method, seed) for seed in comparison.seeds_of(method)]
+        for method in comparison.method
+    }
+
+
 def reuse_note(folder: Path, method: Method, seed: int, epochs: int) -> str | None:
     """None if ``folder`` holds a complete run of the method's spec texts (as its checkpoint
     keeps them), ``seed`` and ``epochs``, and whose ``probs.npz`` was computed from its
-    checkpoint (:func:`~probtrans.runs.folder.probs_origin`; one too old to tell is reused with
+    checkpoint (:func:`~probtrans.runs.kept.probs_origin`; one too old to tell is reused with
     a note), which ``compare`` reuses; else why it is trained ("" for a new run). Committed
     results keep metrics only, no checkpoint: those are trained. A damaged run file is an error
     naming it."""
@@ -368,18 +377,18 @@ def rank_by_elpd(rows: list[dict[str, str]], tests: list[tuple[np.ndarray, np.nd
         )
 
 
-def table_rows(comparison: Comparison, out: Path) -> list[dict[str, str]]:
-    """One row per method: in-domain metrics, the held-out ELPD and its rank, PSIS-LOO
-    (:func:`loo_columns`), then per out-of-domain set its ``id_metric`` (labelled sets) and the
-    AUROC and AUPR of the comparison's ``ood_score``."""
+def table_rows(comparison: Comparison, folders: Folders) -> list[dict[str, str]]:
+    """One row per method, from its runs' ``folders``: in-domain metrics, the held-out ELPD and
+    its rank, PSIS-LOO (:func:`loo_columns`), then per out-of-domain set its ``id_metric``
+    (labelled sets) and the AUROC and AUPR of the comparison's ``ood_score``."""
     rows, tests = [], []
     metric, score = comparison.id_metric, comparison.ood_score
     shown = METRICS.get(metric, f"{comparison.file}: id_metric")
     for method in comparison.method:
-        folders = [run_dir(out, method, seed) for seed in comparison.seeds_of(method)]
-        instances = method_probs(method, folders)
+        runs = folders[method.name]
+        instances = method_probs(method, runs)
         scores = [summarise(r.probs, r.labels, r.given) for r in instances]
-        row = {"method": method.name, "seeds": str(len(folders))}
+        row = {"method": method.name, "seeds": str(len(runs))}
         row[f"ID {metric} ({shown.unit})"] = mean_std([s[metric] for s in scores], shown.scale)
         for column in comparison_metrics():
             values = [s.get(column.name) for s in scores]  # None: no value, or too few draws
@@ -390,7 +399,7 @@ def table_rows(comparison: Comparison, out: Path) -> list[dict[str, str]]:
         labels = instances[0].labels["test"]  # the same test split for every seed
         pointwise = [heldout_elpd(r.probs["test"], labels)[2] for r in instances]
         tests.append((labels, np.mean(pointwise, axis=0)))
-        row |= loo_columns(method, folders)
+        row |= loo_columns(method, runs)
         for set_name, first in scores[0]["ood"].items():
             sets = [s["ood"][set_name] for s in scores]
             if metric in first:
@@ -443,15 +452,12 @@ def markdown(rows: list[dict[str, str]], comparison: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
-def figure(comparison: Comparison, out: Path) -> Figure:
+def figure(comparison: Comparison, folders: Folders) -> Figure:
     """Every method overlaid, one panel per question (:func:`probtrans.figures.comparison_figure`):
     reliability, risk–coverage and OOD ROC of each method's first seed (or its ensemble), and
-    the table's headline metrics as mean ± std over seeds."""
+    the table's headline metrics as mean ± std over seeds; from the runs' ``folders``."""
     methods = {
-        method.name: method_probs(
-            method, [run_dir(out, method, s) for s in comparison.seeds_of(method)]
-        )
-        for method in comparison.method
+        method.name: method_probs(method, folders[method.name]) for method in comparison.method
     }
     return figures.comparison_figure(
         comparison.title, methods, comparison.id_metric, comparison.ood_score
@@ -473,16 +479,19 @@ def compare(
     check_methods(comparison)
     distributed.current().share(lambda: check_output_folder(out, force))
     ensure_runs(comparison, out, progress, device)
-    text = distributed.current().share(lambda: write_results(comparison, out))
+    folders = method_folders(comparison, out)
+    text = distributed.current().share(lambda: write_results(comparison, out, folders)[1])
     print(f"compare: {time.perf_counter() - start:.0f} s (training included)")
     return text
 
 
-def write_results(comparison: Comparison, out: Path) -> str:
-    """``OUT/table.md``, ``OUT/table.csv`` and ``OUT/figure.png`` of the finished runs, and
-    ``OUT/comparison.json``, by which compare knows the folder as its own; returns the Markdown
-    table."""
-    rows = table_rows(comparison, out)
+def write_results(
+    comparison: Comparison, out: Path, folders: Folders
+) -> tuple[list[dict[str, str]], str, Figure]:
+    """``OUT/table.md``, ``OUT/table.csv`` and ``OUT/figure.png`` of the finished runs in
+    ``folders``, and ``OUT/comparison.json``, by which compare knows the folder as its own;
+    returns the table's rows, the Markdown table and the figure."""
+    rows = table_rows(comparison, folders)
     text = markdown(rows, comparison)
     buffer = io.StringIO()
     header = list(dict.fromkeys(h for row in rows for h in row))
@@ -494,5 +503,6 @@ def write_results(comparison: Comparison, out: Path) -> str:
     write_json(out / MARKER, marker)
     write_text(out / "table.md", text)
     write_text(out / "table.csv", buffer.getvalue())
-    save_png(figure(comparison, out), out / "figure.png")
-    return text
+    drawn = figure(comparison, folders)
+    save_png(drawn, out / "figure.png")
+    return rows, text, drawn

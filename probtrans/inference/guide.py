@@ -67,12 +67,15 @@ def build_guide(
     return guide
 
 
-def guide_in_words(name: str, weight_priors: str = "all", inducing: str | None = None) -> str:
+def guide_in_words(
+    name: str, weight_priors: str = "all", inducing: str | None = None, given: bool = False
+) -> str:
     """The guide called ``name`` in words (figure titles): its registered words
-    (:class:`~probtrans.guides.NamedGuide`; a guide given in Python: ``name``, what it is), the
-    weights' priors (``[model.prior] weights``) and, for a model with inducing variables, the
-    words of their guide ``inducing`` (a ``guide.inducing``)."""
-    named = GUIDES.get(name, "guide.name") if name in GUIDES else None
+    (:class:`~probtrans.guides.NamedGuide`; a guide given in Python, ``given``: ``name``, its
+    label, even where it is a registered name), the weights' priors (``[model.prior] weights``)
+    and, for a model with inducing variables, the words of their guide ``inducing`` (a
+    ``guide.inducing``)."""
+    named = GUIDES.get(name, "guide.name") if name in GUIDES and not given else None
     if named is not None and weight_priors == "none" and named.words_without_priors:
         words = named.words_without_priors
     else:

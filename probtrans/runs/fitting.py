@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyro
 
@@ -39,20 +40,45 @@ from probtrans.resolve import (
     spec_folder,
     with_local_backbone,
 )
-from probtrans.runs.evaluation import evaluate, save_run_data
+from probtrans.runs.evaluation import evaluate
 from probtrans.runs.folder import (
     RunInfo,
     check_replaceable,
     keep_or_remove_staging,
     open_staging,
     replace_folder,
+    save_run_data,
     staging_folder,
 )
 from probtrans.runs.run import Run, check_device, seeded_draws
-from probtrans.specs import SpecFile, read_spec_text, updated
+from probtrans.specs import (
+    ElboSpec,
+    InferenceSpec,
+    OptimSpec,
+    PredictiveSpec,
+    Spec,
+    SpecFile,
+    TrainSpec,
+    parse,
+    read_spec_text,
+    updated,
+)
 from probtrans.specs.base import check_seed
 
 SpecSource = str | Path | SpecFile
+#: what a keyword of :func:`fit` gives one table of the inference spec: field → value, or the
+#: table's spec object
+TableSource = dict[str, Any] | Spec
+#: the tables of an inference spec that :func:`fit`'s keywords override, with their spec classes
+TABLES: dict[str, type[Spec]] = {
+    "elbo": ElboSpec,
+    "optim": OptimSpec,
+    "train": TrainSpec,
+    "predictive": PredictiveSpec,
+}
+#: a guide given in Python is labelled with its ``functools.partial`` keywords if they are this
+#: short, written out
+LABEL_KEYWORDS_CHARS = 40
 
 
 def spec_source(source: SpecSource, load: Callable[..., SpecFile]) -> tuple[str, SpecFile]:
@@ -64,6 +90,44 @@ def spec_source(source: SpecSource, load: Callable[..., SpecFile]) -> tuple[str,
     return text, load(Path(source), text)
 
 
+def inference_source(
+    inference: SpecSource | None,
+    guide: GuideChoice | None,
+    tables: dict[str, TableSource | None],
+) -> tuple[str, InferenceSpec]:
+    """The text and the checked spec of the inference a fit uses: the spec ``inference`` (a file
+    or a spec object) or, when it is None and a ``guide`` is given in Python, the defaults of
+    :class:`~probtrans.specs.InferenceSpec`; each table of ``tables`` (:data:`TABLES`: field →
+    value, or the table's spec object) replaces the fields it names. Overridden, the text is
+    the effective spec's (what the run folder keeps); a bad field is one line naming it."""
+    if inference is None:
+        if guide is None:
+            raise ProbtransError(
+                "fit: give an inference spec (inference=FILE or an InferenceSpec), or a guide "
+                "(guide=..., trained with the InferenceSpec defaults and the elbo=, optim=, "
+                "train=, predictive= keywords)"
+            )
+        inference = InferenceSpec()
+    text, spec = spec_source(inference, load_inference_spec)
+    given = {name: value for name, value in tables.items() if value is not None}
+    if not given:
+        return text, spec
+    table = spec.model_dump(by_alias=True)
+    for name, value in given.items():
+        cls = TABLES[name]
+        if isinstance(value, cls):
+            table[name] = value.model_dump(by_alias=True)
+        elif isinstance(value, dict):
+            table[name] = {**table[name], **value}
+        else:
+            raise ProbtransError(
+                f"{name} = {value!r}: give a dict of [{name}] fields or a {cls.__name__}"
+            )
+        spec = parse(InferenceSpec, table, f"{name} = {value!r}").located(spec.file)
+    text = spec.to_toml()
+    return text, load_inference_spec(spec.file, text)
+
+
 def guide_identity(guide: GuideChoice) -> str:
     """What a guide given in Python is, for the run folder and the resume file."""
     target = getattr(guide, "func", guide)  # functools.partial
@@ -71,14 +135,28 @@ def guide_identity(guide: GuideChoice) -> str:
     return f"{getattr(target, '__module__', '')}.{name}".lstrip(".")
 
 
+def guide_label(guide: GuideChoice) -> str:
+    """A guide given in Python in a few words, for figures: its class or function's short name
+    (``AutoNormal``; an instance: its class's), with a ``functools.partial``'s keywords when
+    they are short (``AutoLowRankMultivariateNormal(rank=2)``)."""
+    target = getattr(guide, "func", guide)
+    name = getattr(target, "__qualname__", type(target).__qualname__).rpartition(".")[2]
+    keywords = ", ".join(f"{k}={v!r}" for k, v in getattr(guide, "keywords", {}).items())
+    return f"{name}({keywords})" if 0 < len(keywords) <= LABEL_KEYWORDS_CHARS else name
+
+
 @caller_random_state()
 def fit(
     model: SpecSource,
-    inference: SpecSource,
+    inference: SpecSource | None = None,
     *,
     out: str | Path | None = None,
     seed: int = 0,
     guide: GuideChoice | None = None,
+    elbo: TableSource | None = None,
+    optim: TableSource | None = None,
+    train: TableSource | None = None,
+    predictive: TableSource | None = None,
     data: DataBundle | None = None,
     epochs: int | None = None,
     device: str = "cpu",
@@ -93,9 +171,22 @@ def fit(
     run folder, unless ``force``; by default a new temporary folder (``run.path``) that the run
     removes when it is closed (``run.close()``, or ``with probtrans.fit(...) as run:``) or
     collected (under torchrun, where every process holds the run, it is left). ``guide``: a
-    Pyro guide or a factory ``model -> guide`` (e.g. ``AutoNormal``), used instead of the one
-    the inference spec names; it is built on the self-guided model and the folder keeps
-    ``predictive.samples`` posterior draws of it. ``data``: an in-memory
+    Pyro guide or a factory ``model -> guide`` (e.g. ``AutoNormal``; an autoguide class that
+    names no ``init_scale`` starts at 0.01), used instead of the one the inference spec names;
+    it is built on the self-guided model and the folder keeps ``predictive.samples`` posterior
+    draws of it.
+
+    Where each part of the inference comes from: the guide is ``guide`` if given, else the
+    spec's ``[guide]``; the ELBO (and its KL annealing), optimiser, training and predictive are
+    the tables ``[elbo]``, ``[optim]``, ``[train]``, ``[predictive]`` of ``inference`` — or,
+    when ``inference`` is omitted (only with a ``guide``), the defaults of
+    :class:`~probtrans.specs.InferenceSpec` (Trace_ELBO without annealing, Adam at 1e-3, 30
+    epochs) — with the fields that the keywords ``elbo``, ``optim``, ``train``,
+    ``predictive`` name replaced (a dict field → value, e.g. ``elbo={"kl_anneal_epochs": 5}``,
+    or the table's spec object, e.g. ``optim=OptimSpec(lr=5e-3)``, which replaces the whole
+    table). The run folder (``inference.toml``, ``checkpoint.pt``) keeps that effective spec,
+    so :meth:`Run.load` reads it back. ``epochs`` sets ``train.epochs`` last (the folder keeps
+    the spec's text and the epochs beside it, as ``--epochs``). ``data``: an in-memory
     :class:`~probtrans.data.DataBundle` instead of the model spec's ``[data]``. Everything
     random is seeded by ``seed`` before the network is built, so two fits with one seed are
     identical, and the caller's random state (Python's ``random``, NumPy's, torch's) is restored
@@ -111,7 +202,8 @@ def fit(
     seed = check_seed(seed, f"seed = {seed!r}")
     model_text, model_spec = spec_source(model, load_model_spec)
     model_spec = with_local_backbone(model_spec)
-    inference_text, inference_spec = spec_source(inference, load_inference_spec)
+    tables = {"elbo": elbo, "optim": optim, "train": train, "predictive": predictive}
+    inference_text, inference_spec = inference_source(inference, guide, tables)
     texts = {"model_spec": model_text, "inference_spec": inference_text}
     if epochs is not None:
         inference_spec = updated(inference_spec, {"train.epochs": epochs}, f"--epochs = {epochs}")
@@ -120,7 +212,9 @@ def fit(
         out = processes.share(lambda: tempfile.mkdtemp(prefix="probtrans-run-"))
     out_dir = Path(out)
     processes.share(lambda: check_replaceable(out_dir, force))
-    origin = {} if guide is None else {"guide": guide_identity(guide)}
+    origin: dict[str, str] = {}
+    if guide is not None:  # the identity for resume checks, the label for figures
+        origin = {"guide": guide_identity(guide), "guide_label": guide_label(guide)}
     if data is not None:
         origin["data"] = data.name
     with in_file(model_spec.file):
@@ -131,7 +225,7 @@ def fit(
         classifier = build_classifier(model_spec, data)
         check_posthoc(classifier, inference_spec.predictive)
     run = Run(model_spec, inference_spec, data, classifier, None, out_dir)
-    run.guide_name = origin.get("guide", "")
+    run.guide_name = origin.get("guide_label", "")
     staging = staging_folder(out_dir)
     identity = {**texts, **origin, "seed": seed, "epochs": inference_spec.train.epochs}
     if processes.distributed:  # a resume file keeps one random state per process
@@ -218,7 +312,7 @@ def train_and_evaluate(
     run.guide = result.guide
     checkpoint(result.best, result.guide)  # the guide as returned (e.g. its Laplace approximation)
     write_json(run.path / "history.json", result.history)
-    save_run_data(run)
+    save_run_data(run.path, run.data, run.inference_spec.predictive)
     backbone = run.model_spec.network.backbone
     if backbone is not None:
         keep_backbone(backbone_folder(backbone, spec_folder(run.model_spec)), run.path)
