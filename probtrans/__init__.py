@@ -5,11 +5,16 @@ attention (SGPA; Chen & Li 2023) and Probabilistic Transformers (Movellan & Gabb
 by SVI on an ELBO, evaluated with ``pyro.infer.Predictive`` and ArviZ. ``ARCHITECTURE.md`` maps
 the package.
 
-The Python API: :func:`fit` (a spec pair → a run folder, any guide), :class:`Run` (``Run.load``,
-``.predict``, ``.module``, ``.posterior_samples``), :func:`self_guided` (your own model, ready for
-a guide), :class:`DataBundle` (in-memory data), :func:`swap_attention` (probtrans attention in
-a pretrained Hugging Face model), and the layers in :mod:`probtrans.nn`. Importing
-probtrans loads none of them until one is used, and changes nothing in Pyro's settings.
+The Python API: :func:`fit` (a spec pair, or a model spec and a guide → a run folder),
+:func:`compare_guides` (guides given in Python × seeds → table, figure, ``arviz.compare``; not
+``compare``, the name of the command's module), :class:`Run` (``Run.load``, ``.predict``,
+``.module``, ``.posterior_samples``), :func:`self_guided` (your own model, ready for a guide),
+:class:`DataBundle` (in-memory data), :func:`swap_attention` (probtrans attention in a
+pretrained Hugging Face model), :func:`to_inference_data` (your own model and guide → ArviZ
+InferenceData, laid out as a run's ``predictive.nc``), the metrics on your own arrays —
+:func:`ece`, :func:`ood_detection` (one score, in- vs out-of-domain), :func:`ood_report` (every
+score of the class probabilities), :func:`heldout_elpd` — and the layers in :mod:`probtrans.nn`.
+Importing probtrans loads none of them until one is used, and changes nothing in Pyro's settings.
 """
 
 from __future__ import annotations
@@ -22,10 +27,16 @@ __version__ = "0.1.0"
 #: public name → the module that defines it (imported on first use)
 _API = {
     "fit": "probtrans.runs",
+    "compare_guides": "probtrans.guide_comparison",
     "Run": "probtrans.runs",
     "self_guided": "probtrans.inference.objective",
     "DataBundle": "probtrans.data",
     "swap_attention": "probtrans.backbone.swap",
+    "to_inference_data": "probtrans.inference.arviz_data",
+    "ece": "probtrans.metrics",
+    "ood_detection": "probtrans.metrics",
+    "ood_report": "probtrans.metrics",
+    "heldout_elpd": "probtrans.elpd",
 }
 
 __all__ = [*_API, "nn", "__version__"]

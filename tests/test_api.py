@@ -128,7 +128,8 @@ def test_fit_with_any_guide(specs, tmp_path, name):
         assert type(run.guide).__name__ == "AutoMultivariateNormal"
     reread = Run.load(out)
     given = getattr(GUIDES[name], "func", GUIDES[name])  # functools.partial
-    assert reread.guide is None and reread.guide_name.endswith(given.__name__)
+    assert reread.guide is None and reread.guide_name == run.guide_name
+    assert reread.guide_name.startswith(given.__name__)  # its short label
     again = evaluate_run(out)  # the kept draws: the same predictive as the fit's
     assert again["accuracy"] == run.metrics["accuracy"]
     assert again["nll"] == run.metrics["nll"] and again["ece"] == run.metrics["ece"]
@@ -215,13 +216,16 @@ def test_module_is_the_trained_network(map_softmax_run):
     network = run.module()
     test = run.data.test
     with torch.no_grad():
-        logits = network(test.inputs, test.mask)
+        logits = network.classifier(test.inputs, test.mask)
     assert accuracy(logits.softmax(-1).numpy(), test.labels.numpy()) == run.metrics["accuracy"]
-    assert not isinstance(network, AutoGuideList) and not network.prior_sites
-    assert not network.refuses_prior_draws and run.classifier.refuses_prior_draws
+    assert not isinstance(network, AutoGuideList) and not network.classifier.prior_sites
+    assert not network.classifier.refuses_prior_draws and run.classifier.refuses_prior_draws
+    assert network.state_dict().keys() == {
+        f"classifier.{k}" for k in network.classifier.state_dict()
+    }
     assert pyro.get_param_store().keys() == set()  # a plain module: nothing in the store
     drawn = run.module(draw=2)
-    assert torch.equal(drawn.head.weight, run.posterior_samples(3)["head.weight"][2])
+    assert torch.equal(drawn.classifier.head.weight, run.posterior_samples(3)["head.weight"][2])
 
 
 def test_an_unconditioned_classifier_refuses(map_softmax_run):

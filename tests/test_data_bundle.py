@@ -405,8 +405,8 @@ def test_a_saved_bundle_keeps_the_pixel_range(tmp_path):
     from probtrans.data.saved import load_saved_bundle, save_bundle
 
     unit = bundle_of_images(1.0)
-    save_bundle(tmp_path, unit)
-    saved = load_saved_bundle(tmp_path)
+    save_bundle(tmp_path, unit, None)
+    saved = load_saved_bundle(tmp_path, None)
     assert saved.scaling.pixel_range == pytest.approx(unit.pixel_range())
     with pytest.raises(ProbtransError, match="but the training images' were"):
         saved.encode(torch.linspace(0, 255, 48).reshape(3, 4, 4))

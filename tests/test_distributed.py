@@ -24,7 +24,7 @@ from probtrans.errors import ProbtransError
 from probtrans.inference.train import SVITraining
 from probtrans.model import build_classifier
 from probtrans.resolve import load_inference_spec
-from probtrans.runs.folder import read_probs
+from probtrans.runs.kept import read_probs
 from probtrans.specs import updated
 from tests.conftest import ROOT, TINY_MODEL, inference_file, tiny_spec
 

@@ -236,7 +236,7 @@ def test_a_run_keeps_its_feature_scores_and_a_copied_folder_gives_the_same(
     import shutil
 
     from probtrans.runs import Run, fit
-    from probtrans.runs.folder import read_probs
+    from probtrans.runs.kept import read_probs
     from tests.conftest import tiny_inference
 
     text = tiny_model_file.read_text().replace('kind = "h_sto"', 'kind = "softmax"')

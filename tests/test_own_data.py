@@ -626,8 +626,8 @@ def test_a_text_bundle_round_trips_through_a_run_folder(tmp_path):
     spec_path, _ = example_project(tmp_path / "project")
     spec = load_model_spec(spec_path)
     bundle = load_data(spec.data, spec_folder(spec))
-    save_bundle(tmp_path / "run", bundle)
-    loaded = load_saved_bundle(tmp_path / "run")
+    save_bundle(tmp_path / "run", bundle, None)
+    loaded = load_saved_bundle(tmp_path / "run", None)
     assert (loaded.name, loaded.kind, loaded.class_names) == (bundle.name, "tokens", ["neg", "pos"])
     assert loaded.vocab_size == bundle.vocab_size
     for split in ("val", "test"):
@@ -638,16 +638,16 @@ def test_a_text_bundle_round_trips_through_a_run_folder(tmp_path):
     new = ["good plot indeed", "awful walrus film film film film"]
     for mine, theirs in zip(loaded.encode(new), bundle.encode(new), strict=True):
         assert torch.equal(mine, theirs)
-    save_bundle(tmp_path / "with_train", bundle, with_train=True)
-    assert_same_split(load_saved_bundle(tmp_path / "with_train").train, bundle.train)
-    assert load_saved_bundle(tmp_path / "nothing") is None
+    save_bundle(tmp_path / "with_train", bundle, None, with_train=True)
+    assert_same_split(load_saved_bundle(tmp_path / "with_train", None).train, bundle.train)
+    assert load_saved_bundle(tmp_path / "nothing", None) is None
 
 
 def test_an_image_bundle_round_trips_with_its_scaling(tmp_path):
     arrays = image_files(tmp_path)
     bundle = load_data(image_spec(tmp_path))
-    save_bundle(tmp_path / "run", bundle, with_train=True)
-    loaded = load_saved_bundle(tmp_path / "run")
+    save_bundle(tmp_path / "run", bundle, None, with_train=True)
+    loaded = load_saved_bundle(tmp_path / "run", None)
     assert loaded.scaling == bundle.scaling
     assert loaded.image_shape == (3, 32, 32)
     for split in ("train", "val", "test"):
@@ -669,8 +669,8 @@ def test_inner_padding_round_trips_in_a_text_bundle(tmp_path):
     bundle = load_data(spec.data, spec_folder(spec))
     labels = torch.tensor([0, 1, 0, 1, 1, 0])
     bundle.test = DataSplit(INNER_PADDING.clone(), labels, INNER_PADDING != 0)
-    save_bundle(tmp_path / "run", bundle)
-    loaded = load_saved_bundle(tmp_path / "run")
+    save_bundle(tmp_path / "run", bundle, None)
+    loaded = load_saved_bundle(tmp_path / "run", None)
     assert_same_split(loaded.test, bundle.test)
     assert loaded.test.mask.tolist()[0] == [True, False, True]
 
@@ -682,8 +682,8 @@ def test_token_ids_from_tensors_round_trip_with_inner_padding(tmp_path):
         (ids[:12], labels[:12]), (ids[12:18], labels[12:18]), (ids[18:], labels[18:])
     )
     assert bundle.tokenizer is None and bundle.kind == "tokens"
-    save_bundle(tmp_path / "run", bundle)
-    loaded = load_saved_bundle(tmp_path / "run")
+    save_bundle(tmp_path / "run", bundle, None)
+    loaded = load_saved_bundle(tmp_path / "run", None)
     for split in ("val", "test"):
         assert_same_split(getattr(loaded, split), getattr(bundle, split))
     assert loaded.test.inputs.tolist() == INNER_PADDING.tolist()

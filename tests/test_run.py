@@ -15,6 +15,7 @@ import probtrans.runs.run
 from probtrans import metrics
 from probtrans.checkpoint import load_checkpoint
 from probtrans.cli import main
+from probtrans.data import DataBundle
 from probtrans.errors import ProbtransError
 from probtrans.inference.predictive import sample_predictive
 from probtrans.inference.train import (
@@ -29,7 +30,7 @@ from probtrans.resolve import load_inference_spec, load_model_spec
 from probtrans.runs import Run, evaluate_run, fit, load_run
 from probtrans.segmentation import load_segmentation_spec
 from probtrans.specs.inference import AUTOMATIC_LOO_SAMPLES
-from tests.conftest import ROOT, inference_file, tiny_inference, tiny_spec
+from tests.conftest import ROOT, TINY_MODEL, inference_file, tiny_inference, tiny_spec
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)
@@ -332,7 +333,7 @@ def test_a_probs_npz_of_another_run_is_not_read_as_this_runs(tmp_path, tiny_mode
     its validation predictive (the reference of ``entropy_percentile``) only from this run's.
     One copied from another run is ignored with a note and the validation predictive computed
     again; one written before the fingerprint was kept is read as it is, with a note."""
-    from probtrans.runs.folder import FINGERPRINT, checkpoint_fingerprint
+    from probtrans.runs.kept import FINGERPRINT, checkpoint_fingerprint
 
     inference = tiny_inference(tmp_path, "map")
     run = fit(tiny_model_file, inference, out=tmp_path / "a", epochs=1, progress=False)
@@ -361,6 +362,48 @@ def test_a_probs_npz_of_another_run_is_not_read_as_this_runs(tmp_path, tiny_mode
     np.testing.assert_array_equal(from_old, from_own)
 
 
+def test_saved_data_of_another_run_are_not_read_as_this_runs(tmp_path, tiny_model_file, capsys):
+    """``data.json`` and ``data.pt`` keep the SHA-256 of the checkpoint they were saved with.
+    Copied from another run (here one on another split of the digits), they are ignored with a
+    note and the data read from the model spec, and ``evaluate`` saves this run's again; for a
+    run fitted on in-memory data, which nothing else holds, loading is refused, naming the
+    file."""
+    from probtrans.data.saved import saved_with
+    from probtrans.runs.kept import checkpoint_fingerprint
+
+    inference = tiny_inference(tmp_path, "map")
+    fit(tiny_model_file, inference, out=tmp_path / "a", epochs=1, progress=False)
+    other = tmp_path / "other.toml"
+    other.write_text(TINY_MODEL.replace("patch_size = 2", "patch_size = 2\nsplit_seed = 7"))
+    fit(other, inference, out=tmp_path / "b", epochs=1, progress=False)
+    own = load_run(tmp_path / "a").data.test.labels
+    assert saved_with(tmp_path / "a") == checkpoint_fingerprint(tmp_path / "a")
+    for name in ("data.json", "data.pt"):
+        (tmp_path / "a" / name).write_bytes((tmp_path / "b" / name).read_bytes())
+    foreign = load_run(tmp_path / "b").data.test.labels
+    assert not torch.equal(own, foreign)
+    capsys.readouterr()
+    run = load_run(tmp_path / "a")
+    err = capsys.readouterr().err
+    assert f"note: {tmp_path / 'a' / 'data.json'} was not saved with this run's checkpoint" in err
+    assert "the data are read from the model spec's [data]" in err
+    assert torch.equal(run.data.test.labels, own)
+    evaluate_run(tmp_path / "a")
+    assert saved_with(tmp_path / "a") == checkpoint_fingerprint(tmp_path / "a")
+    capsys.readouterr()
+    load_run(tmp_path / "a")
+    assert "not saved with" not in capsys.readouterr().err
+
+    labels = torch.arange(60) % 3
+    for name, seed in (("c", 0), ("d", 1)):
+        images = torch.rand(60, 8, 8, generator=torch.Generator().manual_seed(seed))
+        bundle = DataBundle.from_tensors(train=(images, labels))
+        fit(tiny_model_file, inference, out=tmp_path / name, epochs=1, data=bundle, progress=False)
+    (tmp_path / "c" / "data.pt").write_bytes((tmp_path / "d" / "data.pt").read_bytes())
+    with pytest.raises(ProbtransError, match=r"data.pt was not saved with this run's checkpoint"):
+        load_run(tmp_path / "c")
+
+
 def test_predict_out_replaces_an_existing_file_only_with_force(tiny_run, tmp_path, capsys):
     inputs = tmp_path / "inputs.npz"
     np.savez(inputs, x=np.zeros((2, 8, 8), dtype=np.float32))
@@ -376,8 +419,8 @@ def test_predict_out_replaces_an_existing_file_only_with_force(tiny_run, tmp_pat
 
 def test_digits_as_scikit_learn_gives_them_are_refused_by_a_digits_run(tiny_run):
     """``load_digits().images`` are 0–16; the default digits run was trained on 0–1: refused,
-    with both ranges; divided by 16 they are taken, and ``module()`` agrees with ``predict`` on
-    (N, 8, 8) images."""
+    with both ranges, by ``predict`` and by ``module()``; divided by 16 they are taken, and
+    ``module()`` prepares (N, 8, 8) and (N, 1, 8, 8) images as ``predict`` does."""
     from sklearn.datasets import load_digits
 
     run = Run.load(tiny_run)
@@ -387,10 +430,15 @@ def test_digits_as_scikit_learn_gives_them_are_refused_by_a_digits_run(tiny_run)
     columns = run.predict(images / 16.0, samples=2)
     assert len(columns["predicted"]) == 6
     network = run.module()
-    inputs, mask = run.data.encode(images / 16.0)
-    with torch.no_grad():  # the same attention noise for both calls
+    with pytest.raises(ProbtransError, match=r"pixels in \[0, 16\], but the training images'"):
+        network(images)
+    inputs, mask = run.data.encode(images / 16.0)  # what predict gives the classifier
+    with torch.no_grad():  # the same attention noise for each call
         torch.manual_seed(0)
-        four = network(inputs, mask)
+        prepared = network.classifier(inputs, mask)
         torch.manual_seed(0)
-        three = network(inputs[:, 0], mask)  # (N, 8, 8): one channel added
-    torch.testing.assert_close(three, four)
+        three = network(images / 16.0)  # (N, 8, 8): one channel added
+        torch.manual_seed(0)
+        four = network(torch.as_tensor(images[:, None] / 16.0))  # (N, 1, 8, 8), float64
+    torch.testing.assert_close(three, prepared)
+    torch.testing.assert_close(four, prepared)

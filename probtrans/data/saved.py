@@ -14,6 +14,10 @@ Files (:data:`DATA_FILES`):
 
 Loading rebuilds tensors equal to the ones saved, padding included, so a run evaluates to the
 same numbers from its folder as from its data files.
+
+``data.json`` and ``data.pt`` both keep the SHA-256 of the run's ``checkpoint.pt`` they were
+saved with (``checkpoint_sha256``): data copied from another run are :class:`ForeignData`, not
+read as this run's. Files saved before they kept it are read as they are.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from tokenizers import Tokenizer
 
 from probtrans.checkpoint import load_checkpoint, require, save_checkpoint
 from probtrans.data.bundle import DataBundle, DataSplit, ImageScaling
+from probtrans.errors import ProbtransError
 from probtrans.io import DamagedFile, check_is_file, checked_read, read_json, write_json, write_text
 from probtrans.specs.base import explain
 from probtrans.summary import ood_sets
@@ -62,13 +67,22 @@ class SavedData(_Checked):
     tokenizer: bool
     scaling: SavedScaling
     description: dict
+    #: the SHA-256 of the checkpoint saved with them (absent in runs written before it was kept)
+    checkpoint_sha256: str | None = None
 
 
-def save_bundle(folder: Path, bundle: DataBundle, with_train: bool = False) -> None:
-    """Write ``bundle`` into the run folder ``folder`` (the files of the module docstring)."""
+class ForeignData(ProbtransError):
+    """A run folder's saved data were saved with another checkpoint than the folder's."""
+
+
+def save_bundle(
+    folder: Path, bundle: DataBundle, checkpoint: str | None, with_train: bool = False
+) -> None:
+    """Write ``bundle`` into the run folder ``folder`` (the files of the module docstring);
+    ``checkpoint``: the SHA-256 of the folder's ``checkpoint.pt``, kept by both files."""
     splits = bundle.splits() | ({"train": bundle.train} if with_train else {})
-    packed = {name: _pack(split, bundle.scaling) for name, split in splits.items()}
-    save_checkpoint(folder / "data.pt", packed)
+    packed: dict = {name: _pack(split, bundle.scaling) for name, split in splits.items()}
+    save_checkpoint(folder / "data.pt", {**packed, "checkpoint_sha256": checkpoint})
     if bundle.tokenizer is not None:
         write_text(folder / "tokenizer.json", bundle.tokenizer.to_str(pretty=True))
     scaling = bundle.scaling
@@ -91,19 +105,30 @@ def save_bundle(folder: Path, bundle: DataBundle, with_train: bool = False) -> N
             "sizes": {name: len(split) for name, split in splits.items()},
             "train_saved": with_train,
             "description": bundle.description,
+            "checkpoint_sha256": checkpoint,
         },
     )
 
 
-def load_saved_bundle(folder: Path) -> DataBundle | None:
+def load_saved_bundle(folder: Path, checkpoint: str | None) -> DataBundle | None:
     """The data set saved in run folder ``folder``, or None if it has none (a run written
-    before runs kept their data). Without a saved training split, ``train`` is empty."""
+    before runs kept their data). Without a saved training split, ``train`` is empty.
+    ``checkpoint``: the SHA-256 of the folder's ``checkpoint.pt``; data saved with another
+    raise :class:`ForeignData`."""
     info_path = folder / "data.json"
     if not info_path.exists():
         return None
     info = read_saved_data(info_path)
     path = folder / "data.pt"
     packed = require(load_checkpoint(path), path, ["val", "test"])
+    for file, kept in (
+        (info_path, info.checkpoint_sha256),
+        (path, packed.get("checkpoint_sha256")),
+    ):
+        if kept is not None and kept != checkpoint:
+            raise ForeignData(
+                f"{file} was not saved with this run's checkpoint.pt (copied from another run?)"
+            )
     scaling = ImageScaling(
         info.scaling.eight_bit,
         tuple(info.scaling.mean) if info.scaling.mean else None,
@@ -147,6 +172,13 @@ def load_saved_bundle(folder: Path) -> DataBundle | None:
         tokenizer=tokenizer,
         scaling=scaling,
     )
+
+
+def saved_with(folder: Path) -> str | None:
+    """The SHA-256 of the checkpoint that the data saved in run folder ``folder`` were saved
+    with: None without saved data, or for data saved before it was kept."""
+    path = folder / "data.json"
+    return read_saved_data(path).checkpoint_sha256 if path.is_file() else None
 
 
 def read_saved_data(path: Path) -> SavedData:

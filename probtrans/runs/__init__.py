@@ -1,9 +1,12 @@
 """Run folders: fit a model spec with an inference spec, evaluate it, and keep everything in one
 folder; read it back as a :class:`Run`.
 
-- :mod:`~probtrans.runs.folder` — the folder's files, the staging folder, ``probs.npz``,
-  ``timing.json``, :class:`~probtrans.runs.folder.RunInfo`;
+- :mod:`~probtrans.runs.folder` — the folder's files, the staging folder, ``timing.json``,
+  :class:`~probtrans.runs.folder.RunInfo`, the run's saved data;
+- :mod:`~probtrans.runs.kept` — ``probs.npz`` and ``feature_scores.npz``, checked against the
+  run's checkpoint;
 - :mod:`~probtrans.runs.run` — :class:`Run`, the public object, and :func:`load_run`;
+- :mod:`~probtrans.runs.network` — the trained network as a plain module (``Run.module()``);
 - :mod:`~probtrans.runs.evaluation` — :func:`evaluate` (one draw of the posterior) and
   :func:`evaluate_run`;
 - :mod:`~probtrans.runs.fitting` — :func:`fit`.

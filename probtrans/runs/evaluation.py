@@ -27,12 +27,12 @@ from probtrans.attention import attention_sites
 from probtrans.contract import caller_random_state
 from probtrans.data import DataBundle, DataSplit
 from probtrans.data.file_bundle import add_ood_sets
-from probtrans.data.saved import save_bundle
+from probtrans.data.saved import saved_with
 from probtrans.elpd import Loo, psis_loo
 from probtrans.errors import ProbtransError
 from probtrans.feature_scores import FeatureDensity, fit_feature_scores
 from probtrans.inference.objective import ELBO_KEYS
-from probtrans.inference.posthoc import Energy, Probs, needs_training_split, posterior_predictives
+from probtrans.inference.posthoc import Energy, Probs, posterior_predictives
 from probtrans.inference.predictive import (
     draw_predictive,
     global_sites,
@@ -46,13 +46,17 @@ from probtrans.io import read_json, write_bytes, write_json, write_npz
 from probtrans.lock import folder_lock
 from probtrans.runs.folder import (
     FEATURE_FILE,
-    FeatureScores,
     RunInfo,
-    given_scores,
-    read_feature_density,
     read_timing,
     replace_folder,
+    save_run_data,
     staged_copy,
+)
+from probtrans.runs.kept import (
+    FeatureScores,
+    checkpoint_fingerprint,
+    given_scores,
+    read_feature_density,
     write_probs,
 )
 from probtrans.runs.run import Run, load_run
@@ -329,14 +333,6 @@ def evaluate(
     return scores
 
 
-def save_run_data(run: Run) -> None:
-    """Keep the run's data in its folder, the training split too where a post-hoc predictive
-    or the feature scores are fitted on it or PSIS-LOO reads its log-likelihood."""
-    spec = run.inference_spec.predictive
-    needed = needs_training_split(spec) or spec.loo_samples != 0 or spec.feature_scores
-    save_bundle(run.path, run.data, with_train=needed and len(run.data.train) > 0)
-
-
 @caller_random_state()
 def evaluate_run(
     run_dir: str | Path,
@@ -383,8 +379,9 @@ def evaluate_run(
             )
             scores.update({key: previous[key] for key in ELBO_KEYS if key in previous})  # fit's
             scores.update(RunInfo.read(previous))
-            if ood or not (run.path / "data.json").is_file():
-                save_run_data(run)
+            if ood or saved_with(run.path) != checkpoint_fingerprint(run.path):
+                # none saved, saved with another checkpoint, or before checkpoints were named
+                save_run_data(run.path, run.data, run.inference_spec.predictive)
             timing["evaluate_seconds"] = time.perf_counter() - started
             write_json(run.path / "timing.json", timing)
             write_json(run.path / "metrics.json", scores)

@@ -22,8 +22,7 @@ from probtrans.attention import inducing_sites
 from probtrans.checkpoint import UnreadableCheckpoint, load_checkpoint, require
 from probtrans.contract import caller_random_state, keep_params_local, local_params
 from probtrans.data import DataBundle, DataSplit, load_data
-from probtrans.data.saved import load_saved_bundle
-from probtrans.data.tokenizer import pad_id
+from probtrans.data.saved import ForeignData, load_saved_bundle
 from probtrans.errors import ProbtransError, in_file
 from probtrans.feature_scores import FeatureDensity
 from probtrans.hub import run_backbone
@@ -33,13 +32,15 @@ from probtrans.io import read_json
 from probtrans.model import Classifier, build_classifier
 from probtrans.prediction import prediction_columns
 from probtrans.resolve import load_inference_spec, load_model_spec, spec_folder
-from probtrans.runs.folder import (
-    FEATURE_FILE,
+from probtrans.runs.folder import FEATURE_FILE
+from probtrans.runs.kept import (
     KeptPredictives,
+    checkpoint_fingerprint,
     probs_origin,
     read_feature_density,
     read_probs,
 )
+from probtrans.runs.network import TrainedNetwork, new_inputs
 from probtrans.specs import InferenceSpec, ModelSpec
 from probtrans.test_time import Options, adaptation_options, adapted_predictive
 
@@ -76,7 +77,7 @@ class Run:
     guide: Callable | None  # None until fitted
     path: Path
     draws: dict[str, torch.Tensor] | None = None
-    guide_name: str = ""  # a guide given in Python: what it is; else the spec's guide.name
+    guide_name: str = ""  # a guide given in Python: its label (``AutoNormal``); else ""
 
     def own_temporary_folder(self) -> None:
         """Remove :attr:`path` (a temporary folder made for this run) when the run is closed or
@@ -118,7 +119,7 @@ class Run:
         given = self.guide_name or not inducing_sites(self.classifier)
         inducing = None if given else self.inference_spec.guide.inducing
         weight_priors = self.model_spec.network.prior.weights
-        return guide_in_words(self.describe_guide(), weight_priors, inducing)
+        return guide_in_words(self.describe_guide(), weight_priors, inducing, bool(self.guide_name))
 
     def predictive_samples(self, asked: int | None = None) -> int:
         """The posterior draws of a predictive: ``asked``, else ``[predictive] samples``."""
@@ -219,7 +220,7 @@ class Run:
         ``probs.npz`` computed from another checkpoint than the run's (copied from another run)
         is ignored with a note: the caller computes the validation predictive again. One
         written before ``probs.npz`` kept its checkpoint's fingerprint is read, with a note
-        that it cannot be checked (:func:`~probtrans.runs.folder.probs_origin`)."""
+        that it cannot be checked (:func:`~probtrans.runs.kept.probs_origin`)."""
         path = self.path / "probs.npz"
         if not path.is_file():
             return None
@@ -263,30 +264,17 @@ class Run:
     ) -> DataSplit:
         """``inputs`` as an unlabelled split of this run's kind (see :meth:`predict`); errors
         name them as ``what``."""
-        if isinstance(inputs, str):
-            raise ProbtransError(f"{what}: give a list of texts, not one string")
-        if len(inputs) == 0:
-            raise ProbtransError(f"{what}: nothing to predict")
-        texts = isinstance(inputs, list | tuple) and all(isinstance(x, str) for x in inputs)
-        if texts or self.data.kind == "image":
-            prepared, mask = self.data.encode(list(inputs) if texts else inputs, what)
-            return DataSplit.unlabelled(prepared, mask)
-        values = torch.as_tensor(np.asarray(inputs))
-        if values.dim() != 2 or values.is_floating_point():
-            raise ProbtransError(
-                f"inputs of shape {tuple(values.shape)} ({values.dtype}): this run takes texts "
-                f"or token ids (N, L)"
-            )
-        ids = values.long()
-        padding = pad_id(self.data.tokenizer) if self.data.tokenizer is not None else 0
-        return DataSplit.unlabelled(ids, ids != padding)
+        return new_inputs(self.data, inputs, what)
 
-    def module(self, draw: str | int = "mean") -> nn.Module:
+    def module(self, draw: str | int = "mean") -> TrainedNetwork:
         """The trained network as a plain module: the classifier with every random weight fixed
         at the posterior mean (``draw="mean"``: the guide's median, the mean of a Normal guide; the
         mean of the kept draws for a guide given in Python) or at posterior draw number ``draw``
-        of :meth:`posterior_samples` (seed 0). ``module(inputs, mask)`` returns logits (B, C) in
-        one pass; stochastic attention still draws its weights on each call. In eval mode."""
+        of :meth:`posterior_samples` (seed 0), as a
+        :class:`~probtrans.runs.network.TrainedNetwork`: ``module(inputs)`` takes new inputs as
+        :meth:`predict` does, prepared and checked as the training inputs were, and returns
+        logits (N, C) in one pass; stochastic attention still draws its weights on each call.
+        In eval mode."""
         if draw == "mean":
             if self.guide is not None and hasattr(self.guide, "median"):
                 _, inputs, mask, labels = next(self.data.val.batches(2))
@@ -306,7 +294,7 @@ class Run:
             delattr(module, name)
             setattr(module, name, nn.Parameter(value.detach().clone()))
         network.prior_sites, network.refuses_prior_draws = {}, False
-        return keep_params_local(network).eval()
+        return TrainedNetwork(keep_params_local(network), self.data).eval()
 
 
 def seeded_draws(
@@ -347,7 +335,20 @@ def load_run(run_dir: str | Path, device: str = "cpu", data: DataBundle | None =
             )
     model_spec = load_model_spec(f"{path} (model spec)", state["model_spec"])
     inference_spec = load_inference_spec(f"{path} (inference spec)", state["inference_spec"])
-    data = load_saved_bundle(run_dir) if data is None else data
+    foreign = None  # saved data of another checkpoint: said once the checkpoint is read
+    if data is None:
+        try:
+            data = load_saved_bundle(run_dir, checkpoint_fingerprint(run_dir))
+        except ForeignData as err:
+            if "data" in state:
+                raise ProbtransError(
+                    f"{err}; the run was fitted on the in-memory data set {state['data']!r}, "
+                    f"which no other file holds: pass it, Run.load(path, data=...)"
+                ) from None
+            foreign = (
+                f"note: {err}: ignored, the data are read from the model spec's [data]; "
+                f"probtrans evaluate {run_dir} saves them again"
+            )
     if "data" in state and data is None:
         raise ProbtransError(
             f"{run_dir}: fitted on the in-memory data set {state['data']!r}, which no file "
@@ -368,6 +369,9 @@ def load_run(run_dir: str | Path, device: str = "cpu", data: DataBundle | None =
     except (RuntimeError, KeyError) as err:
         reason = f"its weights do not fit its model spec ({str(err).splitlines()[0]})"
         raise UnreadableCheckpoint(path, reason) from None
+    if foreign is not None:
+        print(foreign, file=sys.stderr)
     run = Run(model_spec, inference_spec, data, classifier, guide, run_dir, draws)
-    run.guide_name = state.get("guide", "")
+    # a guide given in Python: its label (before runs kept one, the name its identity ends in)
+    run.guide_name = state.get("guide_label", state.get("guide", "").rpartition(".")[2])
     return run
