@@ -15,7 +15,6 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from probtrans.compare import Folders, check_output_folder, write_results
 from probtrans.data import DataBundle
 from probtrans.errors import ProbtransError
 from probtrans.inference.guide import GuideChoice
+from probtrans.io import TemporaryFolder
 from probtrans.metrics import UNCERTAINTY_SCORES
 from probtrans.runs import fit
 from probtrans.runs.fitting import SpecSource, TableSource, inference_source
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class GuideComparison:
+class GuideComparison(TemporaryFolder):
     """What :func:`compare_guides` returns; the files of ``path`` hold the same.
 
     ``runs``: name → the run folders, one per seed (``path/runs/NAME-seedSEED``). ``rows``: the
@@ -64,23 +64,6 @@ class GuideComparison:
     table: str
     figure: Figure
     az_compare: pd.DataFrame | None
-
-    def own_temporary_folder(self) -> None:
-        """Remove :attr:`path` when the comparison is closed or collected, or the interpreter
-        exits."""
-        self._remove_folder = weakref.finalize(self, shutil.rmtree, self.path, True)
-
-    def close(self) -> None:
-        """Remove the comparison's temporary folder, if it has one (see the class docstring)."""
-        remove = getattr(self, "_remove_folder", None)
-        if remove is not None:
-            remove()
-
-    def __enter__(self) -> GuideComparison:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
 
 
 def check_names(guides: Mapping[str, GuideChoice]) -> None:

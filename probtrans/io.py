@@ -4,13 +4,16 @@ Every writer goes through :func:`atomic_write`: the content is written into a te
 and renamed over the target, so a reader never sees a half-written file and a failure leaves the
 previous file as it was. A writer killed before the rename leaves its temporary sibling
 (``.NAME.*.partial``) behind; :func:`remove_temporary_files` clears a folder of them.
+:class:`TemporaryFolder` is the lifetime of a result written into a temporary folder of its own.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+import weakref
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -83,6 +86,30 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
 def write_json(path: str | os.PathLike[str], value: object) -> Path:
     """``value`` as indented JSON with a final newline."""
     return write_text(path, json.dumps(value, indent=2) + "\n")
+
+
+class TemporaryFolder:
+    """Mixin of a result held in a folder ``self.path``: after :meth:`own_temporary_folder`, the
+    folder (a temporary one made for it) is removed when the result is closed (:meth:`close`,
+    or leaving ``with``) or collected, or the interpreter exits; otherwise it stays."""
+
+    path: Path
+
+    def own_temporary_folder(self) -> None:
+        """Remove :attr:`path` when the result is closed or collected."""
+        self._remove_folder = weakref.finalize(self, shutil.rmtree, self.path, True)
+
+    def close(self) -> None:
+        """Remove the temporary folder, if the result owns one."""
+        remove = getattr(self, "_remove_folder", None)
+        if remove is not None:
+            remove()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
 
 class DamagedFile(ProbtransError):

@@ -4,9 +4,7 @@ folder; :func:`load_run` reads one back from its folder (:mod:`probtrans.runs.fo
 from __future__ import annotations
 
 import copy
-import shutil
 import sys
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +26,7 @@ from probtrans.feature_scores import FeatureDensity
 from probtrans.hub import run_backbone
 from probtrans.inference.guide import build_guide, guide_in_words
 from probtrans.inference.predictive import posterior_draws, sample_predictive
-from probtrans.io import read_json
+from probtrans.io import TemporaryFolder, read_json
 from probtrans.model import Classifier, build_classifier
 from probtrans.prediction import prediction_columns
 from probtrans.resolve import load_inference_spec, load_model_spec, spec_folder
@@ -59,7 +57,7 @@ def check_device(device: str, label: str) -> str:
 
 
 @dataclass
-class Run:
+class Run(TemporaryFolder):
     """A fitted (or reloaded) model with its specs, data, guide and folder.
 
     ``guide`` is None for a run whose guide was given in Python and which was read back from its
@@ -78,23 +76,6 @@ class Run:
     path: Path
     draws: dict[str, torch.Tensor] | None = None
     guide_name: str = ""  # a guide given in Python: its label (``AutoNormal``); else ""
-
-    def own_temporary_folder(self) -> None:
-        """Remove :attr:`path` (a temporary folder made for this run) when the run is closed or
-        collected, or the interpreter exits."""
-        self._remove_folder = weakref.finalize(self, shutil.rmtree, self.path, True)
-
-    def close(self) -> None:
-        """Remove the run's temporary folder, if it has one (see the class docstring)."""
-        remove = getattr(self, "_remove_folder", None)
-        if remove is not None:
-            remove()
-
-    def __enter__(self) -> Run:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
 
     @classmethod
     def load(cls, path: str | Path, device: str = "cpu", data: DataBundle | None = None) -> Run:
