@@ -1,0 +1,200 @@
+"""The kernel of an SGPA layer split into an explicit low-rank part and a small remainder, so that
+its O(T²) work runs in float32 without losing the decoupled conditional's accuracy.
+
+Both kernels of :mod:`probtrans.gp.kernels` are, with scaled inputs x̃ = x / ℓ (per dimension),
+
+    k(x, y) = σ_f² a(x) a(y) exp(x̃ · ỹ),     a ≡ 1 (exponential),  a(x) = exp(−|x̃|² / 2) (ARD-RBF).
+
+The first two terms of exp(s) = 1 + s + e₂(s) give an explicit rank-(d + 1) kernel
+Φ(x) Φ(y)ᵀ with features Φ(x) = σ_f a(x) [1, x̃], and a remainder
+
+    R(x, y) = σ_f² a(x) a(y) e₂(x̃ · ỹ),      e₂(s) = exp(s) − 1 − s = s²/2 + s³/6 + …
+
+so K_aa v = Φ_a (Φ_aᵀ v) + R_aa v. The decoupled layer needs (K_aa − AᵀA) v, a difference of two
+nearly equal terms at the authors' length scales (:mod:`probtrans.gp.decoupled`); written as
+Φ_a (Φ_aᵀ v) − Aᵀ (A v) + R_aa v, its cancelling part is of rank d + 1 + M and costs
+O(T (d + M) d_v) in float64, and the only O(T²) part, R_aa v, is a product of small numbers:
+float32 gives it to a relative error of about 10⁻⁷ of its own size, |R| ≤ |K|, so the error of
+the result is at most that of the all-float32 computation and, where the cancellation is severe
+(R small: s = x̃ · ỹ ≈ 10⁻³ at the IMDB scales, |R| ≈ 10⁻⁵ |K|), orders of magnitude below it
+(see the error analysis in :mod:`probtrans.gp.decoupled`).
+
+e₂ is evaluated as its Taylor series where |s| < 0.1 (as many terms as the chunk's largest |s|
+needs for 10⁻⁸ relative: three at the IMDB scales) and as expm1(s) − s above; for the ARD kernel,
+where exp(s) alone could overflow (s > 80), as exp(c + s) − exp(c) (1 + s), c = log a(x) +
+log a(y), which never does (c + s ≤ 0). The product runs over the sequences and heads in chunks
+of about 4 MiB of T × T buffers (their elementwise passes stay in the processor's cache) and
+recomputes R in its backward pass instead of keeping it: what it keeps is O(T (d + d_v)) per
+sequence and head, whatever T.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from gpytorch.kernels import Kernel, RBFKernel
+from torch import Tensor
+
+#: below this |s|, e₂(s) is evaluated as its Taylor series
+SERIES_BELOW = 0.1
+#: above this s, exp(s) would overflow float32; the ARD kernel's remainder is then formed in
+#: log space
+LARGEST_EXPONENT = 80.0
+#: T × T elements per chunk of the remainder's product (4 MiB of float32 per buffer: a chunk's
+#: elementwise passes run in the processor's cache)
+CHUNK_ELEMENTS = 1 << 20
+
+
+@dataclass(frozen=True)
+class FactoredKernel:
+    """A per-head kernel of :func:`~probtrans.gp.kernels.head_kernel` in the factored form of the
+    module docstring, its hyperparameters read once in one dtype (so that the gradients of the
+    float64 parts, which cancel, are summed in float64 before they reach the float32
+    parameters)."""
+
+    outputscale: Tensor  # σ_f², (H,)
+    lengthscale: Tensor  # ℓ, (H, 1, d)
+    rbf: bool  # ARD-RBF (a(x) = exp(−|x̃|²/2)), else exponential (a ≡ 1)
+
+    @classmethod
+    def of(cls, kernel: Kernel, dtype: torch.dtype) -> FactoredKernel:
+        base = kernel.base_kernel
+        rbf = isinstance(base, RBFKernel)
+        return cls(kernel.outputscale.to(dtype), base.lengthscale.to(dtype), rbf)
+
+    def scaled(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """x (..., H, N, d) → x̃ = x / ℓ (..., H, N, d) and log a(x) (..., H, N)."""
+        scaled = x / self.lengthscale
+        if self.rbf:
+            return scaled, -0.5 * scaled.pow(2).sum(-1)
+        return scaled, scaled.new_zeros(scaled.shape[:-1])
+
+    def cross(self, x1: Tensor, x2: Tensor) -> Tensor:
+        """k(x1, x2) (..., H, N, M): x1 (..., H, N, d), x2 (..., H, M, d)."""
+        s1, log_a1 = self.scaled(x1)
+        s2, log_a2 = self.scaled(x2)
+        exponent = log_a1[..., :, None] + log_a2[..., None, :] + s1 @ s2.transpose(-1, -2)
+        return self.outputscale[:, None, None] * exponent.exp()
+
+    def diagonal(self, x: Tensor) -> Tensor:
+        """k(x_i, x_i) (..., H, N) of x (..., H, N, d)."""
+        scaled, log_a = self.scaled(x)
+        return self.outputscale[:, None] * (2 * log_a + scaled.pow(2).sum(-1)).exp()
+
+    def linear_features(self, x: Tensor) -> Tensor:
+        """Φ(x) = σ_f a(x) [1, x̃] (..., H, N, d + 1): the explicit part Φ(x) Φ(y)ᵀ."""
+        scaled, log_a = self.scaled(x)
+        features = torch.cat([torch.ones_like(scaled[..., :1]), scaled], -1)
+        amplitude = self.outputscale[:, None].sqrt() * log_a.exp()  # (..., H, N)
+        return features * amplitude[..., None]
+
+    def residual_product(self, x: Tensor, v: Tensor) -> Tensor:
+        """R_xx v: x (..., H, T, d), v (..., H, T, d_v) → (..., H, T, d_v), the batch
+        dimensions of x and v broadcast; O(T²) time in the dtype of x, O(T) memory kept for the
+        backward pass (module docstring)."""
+        scaled, log_a = self.scaled(x)
+        batch = torch.broadcast_shapes(scaled.shape[:-2], v.shape[:-2])  # (..., H)
+        scaled = scaled.expand(*batch, *scaled.shape[-2:]).reshape(-1, *scaled.shape[-2:])
+        values = v.to(x.dtype).expand(*batch, *v.shape[-2:]).reshape(-1, *v.shape[-2:])
+        if self.rbf:
+            log_a = log_a.expand(*batch, log_a.shape[-1]).reshape(-1, log_a.shape[-1])
+        product = _ResidualProduct.apply(scaled, log_a if self.rbf else None, values)
+        product = product.view(*batch, *product.shape[1:])  # (..., H, T, d_v)
+        return self.outputscale[:, None, None].to(product.dtype) * product
+
+
+def _series_terms(largest: float) -> int:
+    """How many terms n of e₂(s) / s² = Σ_{k<n} s^k / (k + 2)! + … keep the truncation below
+    10⁻⁸ of the sum (≥ 1/2), under float32's resolution, for |s| ≤ ``largest`` ≤ 0.1."""
+    terms = 1
+    while largest**terms / math.factorial(terms + 2) > 0.5e-8:
+        terms += 1
+    return terms
+
+
+def _series(s: Tensor, terms: int) -> Tensor:
+    """s² Σ_{k<n} s^k / (k + 2)! by Horner's rule, n = ``terms``."""
+    series = torch.full_like(s, 1 / math.factorial(terms + 1))  # the term k = n − 1
+    for k in range(terms - 2, -1, -1):  # 1/2! + s (1/3! + s (…))
+        series.mul_(s).add_(1 / math.factorial(k + 2))
+    return series.mul_(s).mul_(s)
+
+
+def _remainder(s: Tensor, largest: float) -> Tensor:
+    """e₂(s) = exp(s) − 1 − s elementwise, s (n, T, T) with |s| ≤ ``largest``, to float32's
+    relative precision: the Taylor series below |s| = 0.1 (with the terms ``largest`` needs),
+    expm1(s) − s above."""
+    if largest < SERIES_BELOW:
+        return _series(s, _series_terms(largest))
+    series = _series(s.clamp(-SERIES_BELOW, SERIES_BELOW), _series_terms(SERIES_BELOW))
+    return torch.where(s.abs() < SERIES_BELOW, series, torch.expm1(s).sub_(s))
+
+
+def _scaled(matrix: Tensor, amplitude: Tensor | None) -> Tensor:
+    """a_i a_j m_ij in place (m (n, T, T), a (n, T)); unchanged for the exponential kernel."""
+    if amplitude is None:
+        return matrix
+    return matrix.mul_(amplitude[:, :, None]).mul_(amplitude[:, None, :])
+
+
+def _terms(s: Tensor, amplitude: Tensor | None, largest: float, slope: bool = False) -> Tensor:
+    """E = a_i a_j e₂(s_ij), or with ``slope`` its derivative a_i a_j (exp(s_ij) − 1), for s
+    (n, T, T) with |s| ≤ ``largest``; s is overwritten for the slope. Where exp(s) could overflow
+    (s > :data:`LARGEST_EXPONENT`, only for the ARD kernel, whose a_i a_j exp(s_ij) ≤ 1), both
+    are formed in log space."""
+    if amplitude is not None and largest > LARGEST_EXPONENT:
+        log_w = amplitude.log()[:, :, None] + amplitude.log()[:, None, :]
+        if slope:
+            return (log_w + s).exp_() - log_w.exp()
+        return (log_w + s).exp_() - log_w.exp() * (1 + s)
+    return _scaled(s.expm1_() if slope else _remainder(s, largest), amplitude)
+
+
+class _ResidualProduct(torch.autograd.Function):
+    """(R / σ_f²) v over chunks of rows, R recomputed in the backward pass (module docstring).
+
+    Inputs: x̃ (n, T, d), log a (n, T) or None (exponential kernel), v (n, T, d_v). The T × T
+    work per chunk: s = x̃ x̃ᵀ, e₂(s) scaled by a_i a_j, and its product with v; backward adds
+    the products with the output's gradient and exp(s) − 1, the derivative of e₂."""
+
+    @staticmethod
+    def forward(ctx: Any, scaled: Tensor, log_a: Tensor | None, v: Tensor) -> Tensor:
+        amplitude = None if log_a is None else log_a.exp()
+        out = torch.empty_like(v)
+        for rows, largest in _chunks(scaled):
+            x = scaled[rows]
+            a = None if amplitude is None else amplitude[rows]
+            out[rows] = _terms(x @ x.transpose(-1, -2), a, largest) @ v[rows]
+        ctx.save_for_backward(scaled, amplitude, v, out)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+        scaled, amplitude, v, out = ctx.saved_tensors
+        grad_x, grad_v = torch.empty_like(scaled), torch.empty_like(v)
+        for rows, largest in _chunks(scaled):
+            x, g, a = scaled[rows], grad_out[rows], None if amplitude is None else amplitude[rows]
+            s = x @ x.transpose(-1, -2)
+            grad_v[rows] = _terms(s, a, largest).transpose(-1, -2) @ g  # Eᵀ g
+            slope = _terms(s, a, largest, slope=True)  # ∂E/∂s = a_i a_j (exp(s) − 1)
+            by_s = (g @ v[rows].transpose(-1, -2)).mul_(slope)  # ∂L/∂s, (n, T, T)
+            grad_x[rows] = by_s @ x + by_s.transpose(-1, -2) @ x
+        grad_log_a = None
+        if amplitude is not None and ctx.needs_input_grad[1]:
+            # ∂L/∂log a_i = Σ_j (∂L/∂E_ij) E_ij + Σ_j (∂L/∂E_ji) E_ji = g_i·(E v)_i + v_i·(Eᵀ g)_i
+            grad_log_a = (grad_out * out).sum(-1) + (v * grad_v).sum(-1)
+        return grad_x, grad_log_a, grad_v
+
+
+def _chunks(scaled: Tensor) -> list[tuple[slice, float]]:
+    """Row slices of x̃ (n, T, d) holding about :data:`CHUNK_ELEMENTS` T × T elements each, with
+    a bound on their |s_ij| = |x̃_i · x̃_j| ≤ max_i |x̃_i|² (Cauchy–Schwarz)."""
+    n, length = scaled.shape[0], scaled.shape[1]
+    step = max(1, CHUNK_ELEMENTS // max(1, length * length))
+    norms = scaled.detach().pow(2).sum(-1).amax(-1)  # (n,)
+    return [
+        (slice(i, min(i + step, n)), float(norms[i : i + step].max())) for i in range(0, n, step)
+    ]
