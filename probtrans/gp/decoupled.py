@@ -177,11 +177,12 @@ def decoupled_conditional(
     dtype = torch.promote_types(x_a.dtype, torch.float32)
     with autocast_off(x_a):
         k64 = FactoredKernel.of(kernel, torch.float64)
-        x_a64, x_g64, v_a64 = x_a.double(), x_g.double(), v_a.double()
-        k_ga = k64.cross(x_g64, x_a64)  # (*S, B, H, M, T)
-        chol_gg = jittered_cholesky(k64.cross(x_g64, x_g64), jitter)  # L_K, (H, M, M)
+        amortised, inducing = k64.scaled(x_a.double()), k64.scaled(x_g.double())
+        v_a64 = v_a.double()
+        k_ga = k64.cross(inducing, amortised)  # (*S, B, H, M, T)
+        chol_gg = jittered_cholesky(k64.cross(inducing, inducing), jitter)  # L_K, (H, M, M)
         cross = torch.linalg.solve_triangular(chol_gg, k_ga, upper=False)  # A, (*S, B, H, M, T)
-        features = k64.linear_features(x_a64)  # Φ_a, (*S, B, H, T, d_k + 1)
+        features = k64.linear_features(amortised)  # Φ_a, (*S, B, H, T, d_k + 1)
         explicit = features @ (features.transpose(-1, -2) @ v_a64)  # Φ_a Φ_aᵀ v_a
         fast = FactoredKernel.of(kernel, dtype)
         remainder = fast.residual_product(x_a.to(dtype), v_a).double()  # R_aa v_a, O(T²)
@@ -190,8 +191,8 @@ def decoupled_conditional(
     return DecoupledConditional(
         amortised_mean=residual_v.transpose(-1, -2),
         cross=cross,
-        k_aa_diagonal=k64.diagonal(x_a64),
-        prior_covariance=lambda: k64.cross(x_a64, x_a64),
+        k_aa_diagonal=k64.diagonal(amortised),
+        prior_covariance=lambda: k64.cross(amortised, amortised),
         amortised_kl=amortised_kl.to(dtype),
         key_mask=key_mask,
         jitter=jitter,

@@ -48,6 +48,10 @@ LARGEST_EXPONENT = 80.0
 CHUNK_ELEMENTS = 1 << 20
 
 
+#: scaled points: x̃ (..., H, N, d) and log a(x) (..., H, N) (:meth:`FactoredKernel.scaled`)
+Points = tuple[Tensor, Tensor]
+
+
 @dataclass(frozen=True)
 class FactoredKernel:
     """A per-head kernel of :func:`~probtrans.gp.kernels.head_kernel` in the factored form of the
@@ -65,31 +69,33 @@ class FactoredKernel:
         rbf = isinstance(base, RBFKernel)
         return cls(kernel.outputscale.to(dtype), base.lengthscale.to(dtype), rbf)
 
-    def scaled(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """x (..., H, N, d) → x̃ = x / ℓ (..., H, N, d) and log a(x) (..., H, N)."""
+    def scaled(self, x: Tensor) -> Points:
+        """x (..., H, N, d) → x̃ = x / ℓ (..., H, N, d) and log a(x) (..., H, N), computed once
+        for the methods below."""
         scaled = x / self.lengthscale
         if self.rbf:
             return scaled, -0.5 * scaled.pow(2).sum(-1)
         return scaled, scaled.new_zeros(scaled.shape[:-1])
 
-    def cross(self, x1: Tensor, x2: Tensor) -> Tensor:
-        """k(x1, x2) (..., H, N, M): x1 (..., H, N, d), x2 (..., H, M, d)."""
-        s1, log_a1 = self.scaled(x1)
-        s2, log_a2 = self.scaled(x2)
+    def cross(self, p1: Points, p2: Points) -> Tensor:
+        """k(x1, x2) (..., H, N, M) of scaled points x1 (N of them) and x2 (M)."""
+        (s1, log_a1), (s2, log_a2) = p1, p2
         exponent = log_a1[..., :, None] + log_a2[..., None, :] + s1 @ s2.transpose(-1, -2)
         return self.outputscale[:, None, None] * exponent.exp()
 
-    def diagonal(self, x: Tensor) -> Tensor:
-        """k(x_i, x_i) (..., H, N) of x (..., H, N, d)."""
-        scaled, log_a = self.scaled(x)
-        return self.outputscale[:, None] * (2 * log_a + scaled.pow(2).sum(-1)).exp()
+    def diagonal(self, points: Points) -> Tensor:
+        """k(x_i, x_i) (..., H, N): σ_f² for the ARD kernel, σ_f² exp(|x̃_i|²) for the
+        exponential one."""
+        scaled, log_a = points
+        if self.rbf:
+            return self.outputscale[:, None].expand(log_a.shape)
+        return self.outputscale[:, None] * scaled.pow(2).sum(-1).exp()
 
-    def linear_features(self, x: Tensor) -> Tensor:
+    def linear_features(self, points: Points) -> Tensor:
         """Φ(x) = σ_f a(x) [1, x̃] (..., H, N, d + 1): the explicit part Φ(x) Φ(y)ᵀ."""
-        scaled, log_a = self.scaled(x)
-        features = torch.cat([torch.ones_like(scaled[..., :1]), scaled], -1)
+        scaled, log_a = points
         amplitude = self.outputscale[:, None].sqrt() * log_a.exp()  # (..., H, N)
-        return features * amplitude[..., None]
+        return torch.cat([amplitude[..., None], scaled * amplitude[..., None]], -1)
 
     def residual_product(self, x: Tensor, v: Tensor) -> Tensor:
         """R_xx v: x (..., H, T, d), v (..., H, T, d_v) → (..., H, T, d_v), the batch
