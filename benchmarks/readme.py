@@ -11,8 +11,9 @@ it was measured on (``--only`` re-measures some parts and keeps the others' sect
    README shows;
 3. ``guides``: ``benchmarks/guides.py`` ("Fit a spec, with any guide");
 4. ``digits_c``: ``benchmarks/digits_c.py`` (Digits-C, and ``benchmarks/digits_c.png``);
-5. ``speed``, ``length_grouping``, ``scaling``: the Performance and Scaling sections
-   (``length_grouping`` needs the IMDB data: ``PROBTRANS_DATA_DIR`` or the Hugging Face hub).
+5. ``speed``, ``step_profile``, ``length_grouping``, ``scaling``: the Performance and Scaling
+   sections (``length_grouping`` needs the IMDB data: ``PROBTRANS_DATA_DIR`` or the Hugging
+   Face hub).
 
     python benchmarks/readme.py                   # about 20 minutes on a 2-core CPU
     python benchmarks/readme.py --only results compare
@@ -50,6 +51,7 @@ SCRIPTS = {
     "guides": ["benchmarks/guides.py"],
     "digits_c": ["benchmarks/digits_c.py"],
     "speed": ["benchmarks/speed.py", "--repeats", "3"],
+    "step_profile": ["benchmarks/step_profile.py"],
     "length_grouping": ["benchmarks/length_grouping.py"],
     "scaling": ["benchmarks/scaling.py"],
 }

@@ -15,6 +15,11 @@ Models emit sites through :func:`sample_attention` and :func:`kl_term`; the obje
   broadcasts a site over the active vectorised plates, not the noise drawn without one, so the
   fused path draws its noise with :func:`plate_batch_shape`: one draw per sample of a
   vectorised plate (``Predictive(..., parallel=True)``, vectorised ELBO particles).
+- *Output sites are for the predictive*: a classifier records its outputs (``features``,
+  ``probs``, ``energy``) as deterministic sites for ``Predictive`` and the run's predictive;
+  the training objective reads none of them (their log-density is 0), so it computes them
+  under :func:`outputs_unrecorded`, where the classifier skips the sites and the work of
+  ``probs`` and ``energy``.
 - *Parameters live in their modules*: probtrans trains the parameters of its models and guides
   with a PyTorch optimiser, so its own work runs under :func:`local_params` (Pyro's
   ``module_local_params`` setting, scoped with ``pyro.settings.context``): nothing is read from or
@@ -59,6 +64,7 @@ SELF_GUIDED = "probtrans_self_guided"
 KL_TERM = "probtrans_kl_term"
 
 _FUSED: ContextVar[bool] = ContextVar("probtrans_fused_attention", default=False)
+_OUTPUTS: ContextVar[bool] = ContextVar("probtrans_output_sites", default=True)
 
 
 def local_params() -> AbstractContextManager[None]:
@@ -163,6 +169,22 @@ def fused_attention() -> Iterator[None]:
 
 def fused_attention_enabled() -> bool:
     return _FUSED.get()
+
+
+@contextmanager
+def outputs_unrecorded() -> Iterator[None]:
+    """Let a classifier skip its deterministic output sites (``features``, ``probs``,
+    ``energy``), which only the predictive reads. Only valid where nothing reads them (the
+    training objective: their log-density is 0, so the ELBO and its gradients are the same)."""
+    token = _OUTPUTS.set(False)
+    try:
+        yield
+    finally:
+        _OUTPUTS.reset(token)
+
+
+def outputs_recorded() -> bool:
+    return _OUTPUTS.get()
 
 
 def plate_batch_shape(batch_shape: torch.Size) -> torch.Size:

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from probtrans.attention import MultiHeadAttention
 from probtrans.backbone.lora import FACTORS, add_lora
 from probtrans.backbone.swap import sampled_blocks, start_from_pretrained, swap_blocks
-from probtrans.contract import full_precision, local_params
+from probtrans.contract import full_precision, local_params, outputs_recorded
 from probtrans.data import DataBundle
 from probtrans.encoder import Encoder
 from probtrans.errors import ConfigError, ProbtransError
@@ -105,7 +105,8 @@ class PyroClassifier(PyroModule):
 
     Call as ``model(inputs, mask, labels, index=..., n_data=...)``; ``labels=None`` samples them.
     Sites: weight priors (if any), attention sites, the deterministic ``features`` (B, D) (the
-    linear head's input) and ``probs`` (B, C), and the likelihood ``obs``.
+    linear head's input), ``probs`` (B, C) and ``energy`` (B,) (not in the training objective:
+    :func:`probtrans.contract.outputs_unrecorded`), and the likelihood ``obs``.
 
     It is built under :func:`probtrans.contract.local_params`, so it can be called with Pyro's
     parameters module-local or in the param store. A classifier whose weights carry priors is a
@@ -199,10 +200,11 @@ class PyroClassifier(PyroModule):
             index = torch.arange(size, device=inputs.device)
         with pyro.plate("data", size, subsample_size=len(inputs), subsample=index):
             features = self.feature_map(self.encode(inputs, mask))  # (B, D)
-            pyro.deterministic("features", features, event_dim=1)
             logits = full_precision(self.head(features))  # float32 in an autocast region
-            pyro.deterministic("probs", logits.softmax(-1), event_dim=1)
-            pyro.deterministic("energy", -logits.logsumexp(-1))  # free energy (Liu et al. 2020)
+            if outputs_recorded():  # not in the training objective
+                pyro.deterministic("features", features, event_dim=1)
+                pyro.deterministic("probs", logits.softmax(-1), event_dim=1)
+                pyro.deterministic("energy", -logits.logsumexp(-1))  # free energy (Liu et al. 2020)
             pyro.sample("obs", dist.Categorical(logits=logits), obs=labels)
         return logits
 

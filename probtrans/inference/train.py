@@ -59,6 +59,7 @@ import numpy as np
 import pyro
 import pyro.util
 import torch
+from pyro import poutine
 from pyro.infer import Trace_ELBO
 from pyro.optim.clipped_adam import ClippedAdam
 from torch import Tensor, nn
@@ -67,7 +68,7 @@ from tqdm.auto import tqdm
 
 from probtrans import metrics
 from probtrans.checkpoint import load_checkpoint, require, save_checkpoint
-from probtrans.contract import caller_random_state, local_params
+from probtrans.contract import caller_random_state, local_params, outputs_unrecorded
 from probtrans.data import DataBundle
 from probtrans.distributed import Processes, current
 from probtrans.errors import ProbtransError
@@ -273,7 +274,13 @@ def validation_metric(
 
 class ElboObjective(nn.Module):
     """The negative ELBO of a batch as a module that holds everything it trains: the classifier
-    and the guide (a module); what ``DistributedDataParallel`` wraps, as Pyro's ``ELBOModule``."""
+    and the guide (a module); what ``DistributedDataParallel`` wraps, as Pyro's ``ELBOModule``.
+
+    It sends Pyro's handlers only what the ELBO reads: the ``param`` messages of the model and
+    the guide (one per parameter a ``PyroModule`` reads, tens per step; their parameters are
+    trained from ``.parameters()``, not from a trace) stop at a block around each, and the
+    classifier skips its output sites (:func:`~probtrans.contract.outputs_unrecorded`). The
+    loss and its gradients are those of the model and guide without them."""
 
     def __init__(
         self,
@@ -286,7 +293,8 @@ class ElboObjective(nn.Module):
         super().__init__()
         self.classifier = classifier
         self.guide = guide if isinstance(guide, nn.Module) else None
-        self.model, self.weighted_guide = kl_weight(self_guided(classifier)), kl_weight(guide)
+        self.model = kl_weight(poutine.block(self_guided(classifier), hide_types=["param"]))
+        self.weighted_guide = kl_weight(poutine.block(guide, hide_types=["param"]))
         self.elbo, self.n_data = elbo, n_data
 
     def forward(
@@ -295,16 +303,17 @@ class ElboObjective(nn.Module):
         """The negative (weighted, annealed) ELBO of the batch for a training set of ``n_data``
         rows (the plate scales the likelihood by n_data / B), and the ELBO's terms of the same
         traces at full weight (:func:`~probtrans.inference.objective.loss_and_terms`)."""
-        return loss_and_terms(
-            self.elbo,
-            self.model,
-            self.weighted_guide,
-            inputs,
-            mask,
-            labels,
-            index=index,
-            n_data=self.n_data,
-        )
+        with outputs_unrecorded():
+            return loss_and_terms(
+                self.elbo,
+                self.model,
+                self.weighted_guide,
+                inputs,
+                mask,
+                labels,
+                index=index,
+                n_data=self.n_data,
+            )
 
 
 class SVITraining:
@@ -421,6 +430,19 @@ class SVITraining:
         with autocast:
             return (objective or self.objective)(*batch)
 
+    def training_loss(
+        self, index: Tensor, inputs: Tensor, mask: Tensor | None, labels: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """:meth:`loss` as a training step computes it: by the step's objective (under
+        ``DistributedDataParallel`` across processes), without Pyro's checks of the model and
+        the guide (their sites match and have the right shapes, every log-density is finite,
+        module-local parameters): :meth:`loss_scale` makes them on the first batch before the
+        first step of every session, and a loss that is not finite stops training
+        (:class:`TrainingDiverged`). The distributions still check their arguments (a network
+        that produces NaN). The same loss and gradients as with the checks."""
+        with pyro.settings.context(validate_infer=False, validate_poutine=False):
+            return self.loss(index, inputs, mask, labels, objective=self.step_loss)
+
     @torch.no_grad()
     def loss_scale(self) -> float:
         """The size of the loss per example at the current state: that of the first training
@@ -469,7 +491,7 @@ class SVITraining:
             batch = self.data.train.batch(part if len(part) else index[:1])
             loss, terms, invalid = None, torch.zeros(len(TERMS), dtype=torch.float64), 0.0
             try:
-                loss, terms = self.loss(*batch, objective=self.step_loss)
+                loss, terms = self.training_loss(*batch)
                 loss = loss * (processes.size * share)
             except ValueError as err:  # Pyro's check of a distribution's parameters
                 if "invalid values" not in str(err):
