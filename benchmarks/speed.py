@@ -7,11 +7,19 @@ The scale is H-STO's IMDB setting (Pei et al. 2022): batch 128, sequence length 
 1. One attention layer, forward + backward, as ratios to deterministic fused attention
    (``softmax``, PyTorch's ``scaled_dot_product_attention``): STO and H-STO on their fused path
    (as in training) and on the site path (Pyro sample sites, as when attention is recorded),
-   and decoupled SGPA.
+   and decoupled SGPA, with its float32 remainder (``probtrans.gp.residual``) and with the
+   all-float64 conditional it replaced (issue 37).
 2. One training step of the full 1-layer H-STO IMDB network (``models/imdb/h_sto.toml``, MAP
    guide): the SVI step of ``probtrans fit`` (self-guided model, ``AutoDelta``, Trace_ELBO,
    Adam), the same computation written in plain PyTorch (same modules, loss N/B·CE − log p(W)),
-   and the network with deterministic attention trained in plain PyTorch (CE loss, Adam).
+   and the network with deterministic attention trained in plain PyTorch (CE loss, Adam). The
+   same pair on the default digits model (``models/digits/h_sto.toml`` with
+   ``inference/map.toml``, batch 32), where Pyro's fixed costs per step weigh more: the step of
+   the training loop itself (``SVITraining``: its objective, Adam and schedule) against the
+   same modules, MAP loss and optimiser in plain PyTorch, with its goal (≤ 1.15×). The
+   training step on the IMDB SGPA model (``models/imdb/sgpa.toml`` with
+   ``inference/imdb/sgpa.toml``, batch 32), with the fast and the all-float64 conditional.
+   The goals of issue 37 are printed last, each met or not.
 3. The posterior predictive of that model with S = 10 on N examples: ``probtrans.predict`` with
    S = 10 (one batched pass per batch), 10 sequential single-sample ``predict`` calls,
    ``pyro.infer.Predictive(num_samples=10)`` called per batch, and 10 sequential calls of
@@ -53,12 +61,15 @@ from pyro import poutine
 from pyro.infer import Predictive, Trace_ELBO
 from torch import nn
 
+import probtrans.attention.sgpa
 from probtrans.contract import fused_attention
 from probtrans.data import DataBundle, DataSplit, load_data
+from probtrans.gp import decoupled_conditional_reference
 from probtrans.inference.guide import build_guide
 from probtrans.inference.objective import self_guided
 from probtrans.inference.predictive import sample_predictive
-from probtrans.model import TokenEmbedding, build_classifier
+from probtrans.inference.train import SVITraining
+from probtrans.model import PatchEmbedding, TokenEmbedding, build_classifier
 from probtrans.nn import (
     Encoder,
     HierarchicalStochasticAttention,
@@ -66,11 +77,18 @@ from probtrans.nn import (
     SoftmaxAttention,
     StochasticAttention,
 )
-from probtrans.resolve import load_model_spec
+from probtrans.resolve import load_inference_spec, load_model_spec
 from probtrans.specs import GuideSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "models" / "imdb" / "h_sto.toml"
+DIGITS = ROOT / "models" / "digits" / "h_sto.toml"
+DIGITS_INFERENCE = ROOT / "inference" / "map.toml"
+#: goal of the SGPA layer's time and peak memory against deterministic attention's (issue 37)
+SGPA_GOAL = 4.0
+SGPA_SPEC = ROOT / "models" / "imdb" / "sgpa.toml"
+SGPA_INFERENCE = ROOT / "inference" / "imdb" / "sgpa.toml"
+SGPA_BATCH = 32
 BATCH, LENGTH, VOCAB, SAMPLES = 128, 256, 20000, 10
 
 
@@ -112,8 +130,10 @@ def attention_layer(kind: str, fused: bool, device: str) -> Callable[[], None]:
         layer = HierarchicalStochasticAttention(
             width, heads, **net.attention.model_dump(exclude={"kind"})
         )
-    else:
+    else:  # "sgpa", or "sgpa_float64": the all-float64 conditional of before issue 37
         layer = SGPAttention(width, heads, n_inducing=16, kernel="ard")
+        if kind == "sgpa_float64":
+            use_float64_conditional()
     layer.to(device)
     x = torch.randn(BATCH, LENGTH, width, device=device, requires_grad=True)
 
@@ -134,13 +154,23 @@ def attention_layer(kind: str, fused: bool, device: str) -> Callable[[], None]:
 
 
 class PlainNetwork(nn.Module):
-    """The IMDB network in plain PyTorch, without the Pyro model around it: the classifier's
-    token embedding, dropout, encoder, mean pooling (no padding here) and linear head."""
+    """The network of the model spec ``spec`` (IMDB's by default) in plain PyTorch, without the
+    Pyro model around it: the classifier's embedding (IMDB's token embedding by default),
+    dropout, encoder (``kind``: ``h_sto`` for the spec's attention, else ``softmax``), mean
+    pooling (no padding here) and linear head to ``n_classes``."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(
+        self,
+        kind: str,
+        spec: Path = SPEC,
+        embedding: nn.Module | None = None,
+        n_classes: int = 2,
+    ) -> None:
         super().__init__()
-        net = load_model_spec(SPEC).network
-        self.embedding = TokenEmbedding(VOCAB, net.max_positions, net.d_model)
+        net = load_model_spec(spec).network
+        if embedding is None:
+            embedding = TokenEmbedding(VOCAB, net.max_positions, net.d_model)
+        self.embedding = embedding
         self.drop = nn.Dropout(net.dropout)
         self.encoder = Encoder(
             net.d_model,
@@ -151,31 +181,86 @@ class PlainNetwork(nn.Module):
             norm=net.norm,
             attention=net.attention if kind == "h_sto" else "softmax",
         )
-        self.head = nn.Linear(net.d_model, 2)
+        self.head = nn.Linear(net.d_model, n_classes)
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encoder(self.drop(self.embedding(ids))).mean(1))
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(self.drop(self.embedding(inputs))).mean(1))
 
 
 def plain_step(kind: str, with_prior: bool, device: str) -> Callable[[], None]:
-    """Training step in plain PyTorch; with a prior, the loss is the MAP objective of the SVI
-    step: N/B · Σ CE − log N(head | 0, s²)."""
+    """The IMDB training step in plain PyTorch (:func:`plain_map_step`, lr 1e-3)."""
     network = PlainNetwork(kind).to(device)
-    head = network.head
-    optimizer = torch.optim.Adam(network.parameters(), lr=1e-3)
     inputs, labels = tokens(BATCH).to(device), torch.randint(2, (BATCH,)).to(device)
-    n_train, scale = 22_500, load_model_spec(SPEC).network.prior.scale
+    scale = load_model_spec(SPEC).network.prior.scale if with_prior else None
+    return plain_map_step(network, inputs, labels, 22_500, scale, 1e-3)
+
+
+def plain_map_step(
+    network: PlainNetwork,
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    n_train: int,
+    scale: float | None,
+    lr: float,
+) -> Callable[[], None]:
+    """Training step in plain PyTorch with Adam; with a prior scale s, the loss is the MAP
+    objective of the SVI step: N/B · Σ CE − log N(head | 0, s²) (without one, N/B · Σ CE)."""
+    head, batch = network.head, len(inputs)
+    optimizer = torch.optim.Adam(network.parameters(), lr=lr)
 
     def step() -> None:
         optimizer.zero_grad()
         with fused_attention():
             logits = network(inputs)
-        loss = n_train / BATCH * F.cross_entropy(logits, labels, reduction="sum")
-        if with_prior:
+        loss = n_train / batch * F.cross_entropy(logits, labels, reduction="sum")
+        if scale is not None:
             prior = torch.distributions.Normal(0.0, scale)
             loss = loss - prior.log_prob(head.weight).sum() - prior.log_prob(head.bias).sum()
         loss.backward()
         optimizer.step()
+
+    return step
+
+
+def plain_digits_step(device: str) -> Callable[[], None]:
+    """The digits SVI step's computation in plain PyTorch: the default digits model's patch
+    embedding, dropout, encoder, mean pooling and head, its MAP loss and the optimiser and
+    batch (32 rows) of ``inference/map.toml`` (:func:`plain_map_step`)."""
+    spec, inference = load_model_spec(DIGITS), load_inference_spec(DIGITS_INFERENCE)
+    data, net = load_data(spec.data), spec.network
+    embedding = PatchEmbedding(data.image_shape, spec.data.patch_size, net.d_model)
+    network = PlainNetwork("h_sto", DIGITS, embedding, data.n_classes).to(device)
+    _, inputs, _, labels = data.train.batch(torch.arange(inference.train.batch_size))
+    return plain_map_step(
+        network,
+        inputs.to(device),
+        labels.to(device),
+        len(data.train),
+        net.prior.scale,
+        inference.optim.lr,
+    )
+
+
+def svi_digits_step(device: str) -> Callable[[], None]:
+    """The training step of ``probtrans fit`` on the default digits model with
+    ``inference/map.toml`` (MAP guide, batch 32): the loop's own objective
+    (:meth:`~probtrans.inference.train.SVITraining.training_loss`), backward, optimiser and
+    schedule, with module-local parameters as ``train_classifier`` runs them."""
+    pyro.settings.set(module_local_params=True)  # for this case's process
+    spec, inference = load_model_spec(DIGITS), load_inference_spec(DIGITS_INFERENCE)
+    data = load_data(spec.data)
+    classifier = build_classifier(spec, data).to(device)
+    svi = SVITraining(classifier, data, inference, seed=0, device=device)
+    batch = data.train.batch(torch.arange(inference.train.batch_size))
+    classifier.train()
+
+    def step() -> None:
+        svi.optimizer.zero_grad()
+        loss, _ = svi.training_loss(*batch)
+        loss.item()  # the loop reads the loss of every step
+        loss.backward()
+        svi.optimizer.step()
+        svi.schedule.step()
 
     return step
 
@@ -204,6 +289,37 @@ def svi_step(device: str) -> Callable[[], None]:
         loss = elbo.differentiable_loss(model, guide, inputs, None, labels, index, 22_500)
         loss.backward()
         optimizer.step()
+
+    return step
+
+
+def use_float64_conditional() -> None:
+    """Make SGPA layers (in this case's process) compute their decoupled conditional in float64
+    throughout, T × T matrices included: the path before issue 37, kept as the tests'
+    reference."""
+    probtrans.attention.sgpa.decoupled_conditional = decoupled_conditional_reference
+
+
+def svi_sgpa_step(device: str, float64: bool = False) -> Callable[[], None]:
+    """The training step of ``probtrans fit`` on the IMDB SGPA model (``models/imdb/sgpa.toml``,
+    2 layers, M_g = 50) with ``inference/imdb/sgpa.toml`` (delta weights, Cholesky u_g guide,
+    batch 32), on random token ids of length L; ``float64``: with the all-float64 conditional."""
+    if float64:
+        use_float64_conditional()
+    pyro.settings.set(module_local_params=True)  # for this case's process
+    spec, inference = load_model_spec(SGPA_SPEC), load_inference_spec(SGPA_INFERENCE)
+    data = data_bundle(SGPA_BATCH)
+    classifier = build_classifier(spec, data).to(device)
+    svi = SVITraining(classifier, data, inference, seed=0, device=device)
+    batch = data.train.batch(torch.arange(SGPA_BATCH))
+    classifier.train()
+
+    def step() -> None:
+        svi.optimizer.zero_grad()
+        loss, _ = svi.training_loss(*batch)
+        loss.item()
+        loss.backward()
+        svi.optimizer.step()
 
     return step
 
@@ -265,6 +381,10 @@ CASES: dict[str, tuple[str, Callable[[int, str], Callable[[], None]]]] = {
     "attn_sto_site": ("STO, site path", lambda n, d: attention_layer("sto", False, d)),
     "attn_h_sto_site": ("H-STO, site path", lambda n, d: attention_layer("h_sto", False, d)),
     "attn_sgpa": ("SGPA decoupled (M_g = 16)", lambda n, d: attention_layer("sgpa", False, d)),
+    "attn_sgpa_float64": (
+        "SGPA, all-float64 conditional",
+        lambda n, d: attention_layer("sgpa_float64", False, d),
+    ),
     "step_plain_softmax": (
         "plain PyTorch, deterministic",
         lambda n, d: plain_step("softmax", False, d),
@@ -274,6 +394,13 @@ CASES: dict[str, tuple[str, Callable[[int, str], Callable[[], None]]]] = {
         lambda n, d: plain_step("h_sto", True, d),
     ),
     "step_svi_h_sto": ("Pyro SVI, H-STO MAP", lambda n, d: svi_step(d)),
+    "step_svi_sgpa": ("IMDB SGPA SVI step, B = 32", lambda n, d: svi_sgpa_step(d)),
+    "step_svi_sgpa_float64": (
+        "IMDB SGPA step, float64 conditional",
+        lambda n, d: svi_sgpa_step(d, float64=True),
+    ),
+    "step_plain_digits": ("digits: plain PyTorch MAP step", lambda n, d: plain_digits_step(d)),
+    "step_svi_digits": ("digits: probtrans SVI step", lambda n, d: svi_digits_step(d)),
     "predict_vectorised": ("predict, S = 10 batched", lambda n, d: predictive("vectorised", n, d)),
     "predict_sequential": ("10 × predict, S = 1", lambda n, d: predictive("sequential", n, d)),
     "predict_pyro": ("pyro Predictive, S = 10", lambda n, d: predictive("pyro", n, d)),
@@ -365,6 +492,9 @@ def main(argv: list[str] | None = None) -> None:
     ratios += [
         ("SVI H-STO step / plain deterministic step", "step_svi_h_sto", "step_plain_softmax"),
         ("SVI H-STO step / plain H-STO step", "step_svi_h_sto", "step_plain_h_sto"),
+        ("digits: SVI step / plain step", "step_svi_digits", "step_plain_digits"),
+        ("SGPA layer: fast / float64 conditional", "attn_sgpa", "attn_sgpa_float64"),
+        ("IMDB SGPA step: fast / float64 conditional", "step_svi_sgpa", "step_svi_sgpa_float64"),
         ("predict S = 10 / 10 sequential calls", "predict_vectorised", "predict_sequential"),
         ("predict S = 10 / pyro Predictive S = 10", "predict_vectorised", "predict_pyro"),
         (
@@ -381,6 +511,24 @@ def main(argv: list[str] | None = None) -> None:
         results["predict_vectorised_4n"]["peak_mib"] - results["predict_vectorised"]["peak_mib"]
     )
     print(f"  {f'predict {peak} memory, 4N minus N':<42} {growth:+5.0f} MiB")
+
+    def ratio(a: str, b: str, key: str = "seconds") -> float:
+        return results[a][key] / max(results[b][key], 1e-9)
+
+    goals = [
+        ("SGPA layer / fused SDPA", ratio("attn_sgpa", "attn_softmax"), SGPA_GOAL),
+        (
+            f"SGPA {peak} memory / deterministic's",
+            ratio("attn_sgpa", "attn_softmax", "peak_mib"),
+            SGPA_GOAL,
+        ),
+        ("digits SVI step / plain step", ratio("step_svi_digits", "step_plain_digits"), 1.15),
+        ("IMDB H-STO SVI step / plain step", ratio("step_svi_h_sto", "step_plain_h_sto"), 0.97),
+    ]
+    print("\ngoals (issue 37):")
+    for label, value, goal in goals:
+        verdict = "met" if value <= goal else "not met"
+        print(f"  {label:<42} {value:5.2f}×  goal ≤ {goal}×: {verdict}")
 
 
 if __name__ == "__main__":
