@@ -44,14 +44,14 @@ annealing scales all of them, as in the authors' code.
 weighting with their linear annealing over half of the epochs.
 
 Mixed precision. In a bfloat16 autocast region only the output projection W_F runs in
-bfloat16; everything before it runs with autocast off, in float32 (float64 inside
-:func:`~probtrans.gp.decoupled.decoupled_conditional`): the kernel matrices, their Cholesky
+bfloat16; everything before it runs with autocast off, in float32 (float64 for the low-rank
+parts of :func:`~probtrans.gp.decoupled.decoupled_conditional`): the kernel matrices, their Cholesky
 factors, the GP conditional and the draw of F, and also the kernel's inputs, the projections
 W_qk and W_v (and standard SGPA's σ) and the global keys. The exponential kernel
 exp(q·k / ℓ²) would multiply the rounding error of bfloat16 queries (2⁻⁸ relative) by
 |q·k| / ℓ²: at ℓ = 1 the layer's output was up to 4 % off the float32 one (30 random layers,
 d_head = 4), against 0.4 % (W_F's rounding) with float32 queries. The projections cost
-O(T d²), the kernel part O(T² (d + M_g)) in float64.
+O(T d²), the kernel part O(T² d) in float32 and O(T M_g (d + M_g)) in float64.
 """
 
 from __future__ import annotations
