@@ -20,6 +20,7 @@ Confidence axes span the attainable range [1/C, 1] (a top-label probability is a
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -57,6 +58,8 @@ MAX_OVERLAID = 5
 RUN_FIGSIZE = (15.0, 9.0)
 #: the size of a comparison figure, whatever its number of methods
 COMPARISON_FIGSIZE = (16.0, 10.0)
+#: characters per line of a comparison figure's metric-panel titles (wrapped: no overlap)
+PANEL_TITLE_WIDTH = 18
 #: after a metric's label: which way is better (:attr:`probtrans.metrics.Metric.higher_is_better`)
 ARROWS = {True: " ↑", False: " ↓", None: ""}
 #: history keys of the objective panel (nats per example) and their legend names
@@ -696,7 +699,7 @@ def compared_metrics(
                 capsize=4,
                 linestyle="none",
             )
-        ax.set_title(title, fontsize="medium")
+        ax.set_title(textwrap.fill(title, PANEL_TITLE_WIDTH), fontsize="medium")  # no overlap
         ax.set_xlabel(unit)
         ax.grid(axis="x", alpha=0.3)
         ax.margins(x=0.15)

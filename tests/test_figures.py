@@ -281,7 +281,7 @@ def test_comparison_figure_overlays_every_method_at_a_fixed_size(tmp_path, n_met
         assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
     assert reliability_ax.get_xlim() == (0.5, 1.0)
     assert roc_ax.get_title() == "OOD ROC: far by entropy (first of 2 sets)"
-    assert [a.get_title() for a in scores.axes] == [
+    assert [a.get_title().replace("\n", " ") for a in scores.axes] == [
         "ID accuracy ↑",
         "NLL ↓",
         "Brier ↓",
