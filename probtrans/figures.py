@@ -598,8 +598,8 @@ def compared_reliability(
     ax.set_ylim(0.0, 1.0)
     ax.set_xlabel("mean confidence in bin (top-label probability)")
     ax.set_ylabel("accuracy in bin")
-    ax.set_title(
-        f"reliability (marker area ∝ examples in bin; bins of < {MIN_BIN_EXAMPLES} left out)"
+    ax.set_title(  # two lines: one would run past the figure's left edge
+        f"reliability\n(marker area ∝ examples in bin; bins of < {MIN_BIN_EXAMPLES} left out)"
     )
 
 
