@@ -78,7 +78,7 @@ from probtrans.nn import (
     StochasticAttention,
 )
 from probtrans.resolve import load_inference_spec, load_model_spec
-from probtrans.specs import GuideSpec
+from probtrans.specs import GuideSpec, InferenceSpec, ModelSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "models" / "imdb" / "h_sto.toml"
@@ -88,7 +88,6 @@ DIGITS_INFERENCE = ROOT / "inference" / "map.toml"
 SGPA_GOAL = 4.0
 SGPA_SPEC = ROOT / "models" / "imdb" / "sgpa.toml"
 SGPA_INFERENCE = ROOT / "inference" / "imdb" / "sgpa.toml"
-SGPA_BATCH = 32
 BATCH, LENGTH, VOCAB, SAMPLES = 128, 256, 20000, 10
 
 
@@ -243,12 +242,19 @@ def plain_digits_step(device: str) -> Callable[[], None]:
 
 def svi_digits_step(device: str) -> Callable[[], None]:
     """The training step of ``probtrans fit`` on the default digits model with
-    ``inference/map.toml`` (MAP guide, batch 32): the loop's own objective
-    (:meth:`~probtrans.inference.train.SVITraining.training_loss`), backward, optimiser and
-    schedule, with module-local parameters as ``train_classifier`` runs them."""
-    pyro.settings.set(module_local_params=True)  # for this case's process
+    ``inference/map.toml`` (MAP guide, batch 32) (:func:`training_loop_step`)."""
     spec, inference = load_model_spec(DIGITS), load_inference_spec(DIGITS_INFERENCE)
-    data = load_data(spec.data)
+    return training_loop_step(spec, inference, load_data(spec.data), device)
+
+
+def training_loop_step(
+    spec: ModelSpec, inference: InferenceSpec, data: DataBundle, device: str
+) -> Callable[[], None]:
+    """One step of the training loop itself on the first batch of ``data``'s training split:
+    the loop's objective (:meth:`~probtrans.inference.train.SVITraining.training_loss`),
+    backward, optimiser and schedule, with module-local parameters as ``train_classifier``
+    runs them."""
+    pyro.settings.set(module_local_params=True)  # for this case's process
     classifier = build_classifier(spec, data).to(device)
     svi = SVITraining(classifier, data, inference, seed=0, device=device)
     batch = data.train.batch(torch.arange(inference.train.batch_size))
@@ -303,25 +309,13 @@ def use_float64_conditional() -> None:
 def svi_sgpa_step(device: str, float64: bool = False) -> Callable[[], None]:
     """The training step of ``probtrans fit`` on the IMDB SGPA model (``models/imdb/sgpa.toml``,
     2 layers, M_g = 50) with ``inference/imdb/sgpa.toml`` (delta weights, Cholesky u_g guide,
-    batch 32), on random token ids of length L; ``float64``: with the all-float64 conditional."""
+    batch 32), on random token ids of length L (:func:`training_loop_step`); ``float64``: with
+    the all-float64 conditional."""
     if float64:
         use_float64_conditional()
-    pyro.settings.set(module_local_params=True)  # for this case's process
-    spec, inference = load_model_spec(SGPA_SPEC), load_inference_spec(SGPA_INFERENCE)
-    data = data_bundle(SGPA_BATCH)
-    classifier = build_classifier(spec, data).to(device)
-    svi = SVITraining(classifier, data, inference, seed=0, device=device)
-    batch = data.train.batch(torch.arange(SGPA_BATCH))
-    classifier.train()
-
-    def step() -> None:
-        svi.optimizer.zero_grad()
-        loss, _ = svi.training_loss(*batch)
-        loss.item()
-        loss.backward()
-        svi.optimizer.step()
-
-    return step
+    inference = load_inference_spec(SGPA_INFERENCE)
+    data = data_bundle(inference.train.batch_size)
+    return training_loop_step(load_model_spec(SGPA_SPEC), inference, data, device)
 
 
 # --- 3. posterior predictive ----------------------------------------------------------------
