@@ -156,31 +156,31 @@ def is_kl_term(msg: dict) -> bool:
 
 
 @contextmanager
-def fused_attention() -> Iterator[None]:
-    """Let stochastic attention return â v from a fused kernel without recording its sites.
-    Only valid where those sites are hidden anyway (the self-guided objective, and the
-    predictive without attention sites)."""
-    token = _FUSED.set(True)
+def _switched(switch: ContextVar[bool], value: bool) -> Iterator[None]:
+    """``switch`` set to ``value`` for the block."""
+    token = switch.set(value)
     try:
         yield
     finally:
-        _FUSED.reset(token)
+        switch.reset(token)
+
+
+def fused_attention() -> AbstractContextManager[None]:
+    """Let stochastic attention return â v from a fused kernel without recording its sites.
+    Only valid where those sites are hidden anyway (the self-guided objective, and the
+    predictive without attention sites)."""
+    return _switched(_FUSED, True)
 
 
 def fused_attention_enabled() -> bool:
     return _FUSED.get()
 
 
-@contextmanager
-def outputs_unrecorded() -> Iterator[None]:
+def outputs_unrecorded() -> AbstractContextManager[None]:
     """Let a classifier skip its deterministic output sites (``features``, ``probs``,
     ``energy``), which only the predictive reads. Only valid where nothing reads them (the
     training objective: their log-density is 0, so the ELBO and its gradients are the same)."""
-    token = _OUTPUTS.set(False)
-    try:
-        yield
-    finally:
-        _OUTPUTS.reset(token)
+    return _switched(_OUTPUTS, False)
 
 
 def outputs_recorded() -> bool:
