@@ -131,16 +131,29 @@ def read_probs(path: Path) -> KeptPredictives:
 
 def checkpoint_fingerprint(folder: Path) -> str | None:
     """The SHA-256 (hex) of the bytes of ``folder/checkpoint.pt`` (None without one): what the
-    run's ``probs.npz`` keeps. A checkpoint's bytes depend on nothing but its content
-    (:func:`probtrans.checkpoint.save_checkpoint`)."""
+    run's ``probs.npz`` and saved data keep. A checkpoint's bytes depend on nothing but its
+    content (:func:`probtrans.checkpoint.save_checkpoint`). Computed once per file: an
+    evaluation asks for it several times (loading the run, writing ``probs.npz`` and the data),
+    and the staging copy of a run is a hard link of its checkpoint; a checkpoint is written
+    atomically, as a new file, so a rewritten one is read again."""
     path = folder / "checkpoint.pt"
     if not path.is_file():
         return None
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    stat = path.stat()
+    identity = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)  # a hard link's too
+    if identity not in _FINGERPRINTS:
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        if len(_FINGERPRINTS) >= 16:  # a handful of runs per process at most
+            _FINGERPRINTS.clear()
+        _FINGERPRINTS[identity] = digest.hexdigest()
+    return _FINGERPRINTS[identity]
+
+
+#: file identity (device, inode, size, modification time) → the SHA-256 of its bytes
+_FINGERPRINTS: dict[tuple[int, ...], str] = {}
 
 
 def probs_origin(folder: Path, kept: KeptPredictives) -> str:
