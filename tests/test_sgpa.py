@@ -34,7 +34,7 @@ from probtrans.gp import (
     jittered_cholesky,
     standard_posterior,
 )
-from probtrans.gp.residual import SERIES_BELOW, FactoredKernel
+from probtrans.gp.residual import LARGEST_EXPONENT, SERIES_BELOW, FactoredKernel
 from probtrans.inference.guide import build_guide
 from probtrans.inference.objective import self_guided
 from probtrans.model import build_classifier
@@ -146,7 +146,7 @@ def test_the_fast_path_matches_float64_at_the_imdb_scales(autocast):
     hyperparameters. The mean and variances are differences of nearly equal matrices (variances
     3e-9 to 2e-7 against σ_f² = 0.0183): with K_aa and K_aa v_a in float32 the residual was 50 %
     off and the variances up to 40 %; the fast path's O(T²) part is float32 and within 1e-6
-    (measured: 1.3e-7 for the mean, 6e-7 for the gradients). Under bfloat16 autocast, as
+    (measured: 1.4e-7 for the mean, 7e-7 for the gradients). Under bfloat16 autocast, as
     training runs it, the layer's GP part leaves autocast (module docstring of
     :mod:`probtrans.attention.sgpa`), so the tolerance is the same."""
     options = load_model_spec(ROOT / "models" / "imdb" / "sgpa.toml").network.attention
@@ -223,6 +223,32 @@ def test_the_remainder_is_the_kernel_minus_its_linear_part(name, monkeypatch):
         return FactoredKernel(outputscale, lengthscale, name == "ard").residual_product(x, v)
 
     assert torch.autograd.gradcheck(product, (x_a, v_a, scale, lengths))
+
+
+def test_the_ard_remainder_is_formed_in_log_space_where_exp_would_overflow(monkeypatch):
+    """Sequences whose scaled keys have |x̃|² above LARGEST_EXPONENT (ARD kernel: exp(s) alone
+    would overflow float32, a_i a_j exp(s_ij) ≤ 1 does not) beside sequences on the series
+    branch, in chunks of two: in float32 the product is GPyTorch's (K − Φ Φᵀ) v (computed in
+    float64) to float32 precision, and in float64 its gradients pass ``gradcheck``."""
+    torch.manual_seed(0)
+    kernel = head_kernel("ard", 2, 3, 1.0, 0.7).double()
+    x_a = torch.randn(3, 2, 7, 3, dtype=F64)
+    x_a[1] *= 8.0  # |x̃|² ≈ 190 > LARGEST_EXPONENT
+    x_a[0] *= 0.2  # |s| well below SERIES_BELOW
+    v_a = torch.randn(3, 2, 7, 4, dtype=F64)
+    norms = x_a.pow(2).sum(-1).amax(-1)  # |x̃|², ℓ = 1
+    assert (norms[1] > LARGEST_EXPONENT).all() and (norms[0] < SERIES_BELOW).all()
+    monkeypatch.setattr(probtrans.gp.residual, "CHUNK_ELEMENTS", 100)  # two rows per chunk
+    factored = FactoredKernel.of(kernel, F64)
+    features = factored.linear_features(factored.scaled(x_a))
+    expected = (gram(kernel, x_a, x_a) - features @ features.transpose(-1, -2)) @ v_a
+
+    fast = FactoredKernel.of(kernel, torch.float32).residual_product(x_a.float(), v_a.float())
+    assert torch.isfinite(fast).all()
+    assert relative_error(fast.detach().double(), expected.detach()) <= 1e-6
+
+    x_a, v_a = x_a.requires_grad_(), v_a.requires_grad_()
+    assert torch.autograd.gradcheck(factored.residual_product, (x_a, v_a))
 
 
 @pytest.mark.parametrize("sampling", ["marginal", "full"])

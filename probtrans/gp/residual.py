@@ -19,13 +19,15 @@ the result is at most that of the all-float32 computation and, where the cancell
 (R small: s = x̃ · ỹ ≈ 10⁻³ at the IMDB scales, |R| ≈ 10⁻⁵ |K|), orders of magnitude below it
 (see the error analysis in :mod:`probtrans.gp.decoupled`).
 
-e₂ is evaluated as its Taylor series where |s| < 0.1 (as many terms as the chunk's largest |s|
-needs for 10⁻⁸ relative: three at the IMDB scales) and as expm1(s) − s above; for the ARD kernel,
-where exp(s) alone could overflow (s > 80), as exp(c + s) − exp(c) (1 + s), c = log a(x) +
-log a(y), which never does (c + s ≤ 0). The product runs over the sequences and heads in chunks
-of about 4 MiB of T × T buffers (their elementwise passes stay in the processor's cache) and
-recomputes R in its backward pass instead of keeping it: what it keeps is O(T (d + d_v)) per
-sequence and head, whatever T.
+e₂ is evaluated as its Taylor series where |s| ≤ 1 (as many terms as the chunk's largest |s|
+needs for 10⁻⁸ relative: three at the IMDB scales, at most ten) and as expm1(s) − s above; for
+the ARD kernel, where exp(s) alone could overflow (s > 80), as exp(c + s) − exp(c) (1 + s),
+c = log a(x) + log a(y), which never does (c + s ≤ 0). Elsewhere the amplitudes multiply the
+values rather than the T × T matrix: R v = σ_f² a ⊙ (E (a ⊙ v)), E_ij = e₂(s_ij). The product
+runs over the sequences and heads in chunks of about 4 MiB of T × T buffers, allocated once and
+reused (their elementwise passes stay in the processor's cache), and recomputes E in its
+backward pass instead of keeping it: what it keeps is O(T (d + d_v)) per sequence and head,
+whatever T.
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ import torch
 from gpytorch.kernels import Kernel, RBFKernel
 from torch import Tensor
 
-#: below this |s|, e₂(s) is evaluated as its Taylor series
-SERIES_BELOW = 0.1
+#: up to this |s|, e₂(s) is evaluated as its Taylor series (at most ten terms; a few passes over
+#: the chunk in cache cost less than one expm1)
+SERIES_BELOW = 1.0
 #: above this s, exp(s) would overflow float32; the ARD kernel's remainder is then formed in
 #: log space
 LARGEST_EXPONENT = 80.0
@@ -70,9 +73,9 @@ class FactoredKernel:
         return cls(kernel.outputscale.to(dtype), base.lengthscale.to(dtype), rbf)
 
     def scaled(self, x: Tensor) -> Points:
-        """x (..., H, N, d) → x̃ = x / ℓ (..., H, N, d) and log a(x) (..., H, N), computed once
-        for the methods below."""
-        scaled = x / self.lengthscale
+        """x (..., H, N, d) → x̃ = x / ℓ (..., H, N, d) and log a(x) (..., H, N) in the kernel's
+        dtype (or x's, if wider), computed once for the methods below."""
+        scaled = x / self.lengthscale  # promoted to the wider dtype in the same pass
         if self.rbf:
             return scaled, -0.5 * scaled.pow(2).sum(-1)
         return scaled, scaled.new_zeros(scaled.shape[:-1])
@@ -80,8 +83,9 @@ class FactoredKernel:
     def cross(self, p1: Points, p2: Points) -> Tensor:
         """k(x1, x2) (..., H, N, M) of scaled points x1 (N of them) and x2 (M)."""
         (s1, log_a1), (s2, log_a2) = p1, p2
-        exponent = log_a1[..., :, None] + log_a2[..., None, :] + s1 @ s2.transpose(-1, -2)
-        return self.outputscale[:, None, None] * exponent.exp()
+        log_scale1 = log_a1 + self.outputscale.log()[:, None]  # log σ_f² a(x1), (..., H, N)
+        exponent = s1 @ s2.transpose(-1, -2) + log_scale1[..., :, None] + log_a2[..., None, :]
+        return exponent.exp()
 
     def diagonal(self, points: Points) -> Tensor:
         """k(x_i, x_i) (..., H, N): σ_f² for the ARD kernel, σ_f² exp(|x̃_i|²) for the
@@ -114,79 +118,106 @@ class FactoredKernel:
 
 def _series_terms(largest: float) -> int:
     """How many terms n of e₂(s) / s² = Σ_{k<n} s^k / (k + 2)! + … keep the truncation below
-    10⁻⁸ of the sum (≥ 1/2), under float32's resolution, for |s| ≤ ``largest`` ≤ 0.1."""
+    10⁻⁸ of the sum (≥ 0.36 for |s| ≤ 1), under float32's resolution, for |s| ≤ ``largest`` ≤
+    :data:`SERIES_BELOW`."""
     terms = 1
-    while largest**terms / math.factorial(terms + 2) > 0.5e-8:
+    while largest**terms / math.factorial(terms + 2) > 0.25e-8:
         terms += 1
     return terms
 
 
-def _series(s: Tensor, terms: int) -> Tensor:
-    """s² Σ_{k<n} s^k / (k + 2)! by Horner's rule, n = ``terms``."""
-    series = torch.full_like(s, 1 / math.factorial(terms + 1))  # the term k = n − 1
+def _series(s: Tensor, terms: int, out: Tensor) -> Tensor:
+    """s² Σ_{k<n} s^k / (k + 2)! by Horner's rule (n = ``terms``), written into ``out``."""
+    out.fill_(1 / math.factorial(terms + 1))  # the term k = n − 1
     for k in range(terms - 2, -1, -1):  # 1/2! + s (1/3! + s (…))
-        series.mul_(s).add_(1 / math.factorial(k + 2))
-    return series.mul_(s).mul_(s)
+        out.mul_(s).add_(1 / math.factorial(k + 2))
+    return out.mul_(s).mul_(s)
 
 
-def _remainder(s: Tensor, largest: float) -> Tensor:
-    """e₂(s) = exp(s) − 1 − s elementwise, s (n, T, T) with |s| ≤ ``largest``, to float32's
-    relative precision: the Taylor series below |s| = 0.1 (with the terms ``largest`` needs),
-    expm1(s) − s above."""
-    if largest < SERIES_BELOW:
-        return _series(s, _series_terms(largest))
-    series = _series(s.clamp(-SERIES_BELOW, SERIES_BELOW), _series_terms(SERIES_BELOW))
-    return torch.where(s.abs() < SERIES_BELOW, series, torch.expm1(s).sub_(s))
+class _Workspace:
+    """The two T × T buffers of a chunk, s and E, allocated once per product and reused by every
+    chunk (fresh 4 MiB buffers per chunk cost more in page faults than the arithmetic)."""
+
+    def __init__(self, scaled: Tensor, rows: int) -> None:
+        length = scaled.shape[1]
+        self.s = scaled.new_empty(rows, length, length)
+        self.e = torch.empty_like(self.s)
+
+    def products(self, x: Tensor) -> Tensor:
+        """s = x̃ x̃ᵀ (n, T, T) of the chunk's scaled points x̃ (n, T, d)."""
+        return torch.bmm(x, x.transpose(-1, -2), out=self.s[: len(x)])
+
+    def remainder(self, s: Tensor, largest: float) -> Tensor:
+        """e₂(s) = exp(s) − 1 − s elementwise, s (n, T, T) with |s| ≤ ``largest`` ≤
+        :data:`LARGEST_EXPONENT`, to float32's relative precision: the Taylor series with the
+        terms ``largest`` needs where it is at most :data:`SERIES_BELOW`; above it, the series
+        for |s| < 1 and expm1(s) − s elsewhere."""
+        out = self.e[: len(s)]
+        if largest <= SERIES_BELOW:
+            return _series(s, _series_terms(largest), out)
+        _series(s.clamp(-SERIES_BELOW, SERIES_BELOW), _series_terms(SERIES_BELOW), out)
+        return torch.where(s.abs() < SERIES_BELOW, out, torch.expm1(s).sub_(s), out=out)
 
 
-def _scaled(matrix: Tensor, amplitude: Tensor | None) -> Tensor:
-    """a_i a_j m_ij in place (m (n, T, T), a (n, T)); unchanged for the exponential kernel."""
-    if amplitude is None:
-        return matrix
-    return matrix.mul_(amplitude[:, :, None]).mul_(amplitude[:, None, :])
-
-
-def _terms(s: Tensor, amplitude: Tensor | None, largest: float, slope: bool = False) -> Tensor:
-    """E = a_i a_j e₂(s_ij), or with ``slope`` its derivative a_i a_j (exp(s_ij) − 1), for s
-    (n, T, T) with |s| ≤ ``largest``; s is overwritten for the slope. Where exp(s) could overflow
-    (s > :data:`LARGEST_EXPONENT`, only for the ARD kernel, whose a_i a_j exp(s_ij) ≤ 1), both
-    are formed in log space."""
-    if amplitude is not None and largest > LARGEST_EXPONENT:
-        log_w = amplitude.log()[:, :, None] + amplitude.log()[:, None, :]
-        if slope:
-            return (log_w + s).exp_() - log_w.exp()
-        return (log_w + s).exp_() - log_w.exp() * (1 + s)
-    return _scaled(s.expm1_() if slope else _remainder(s, largest), amplitude)
+def _log_space_terms(s: Tensor, log_a: Tensor, slope: bool = False) -> Tensor:
+    """a_i a_j e₂(s_ij), or with ``slope`` its derivative a_i a_j (exp(s_ij) − 1), for the ARD
+    kernel where exp(s) alone could overflow (s > :data:`LARGEST_EXPONENT`): formed as
+    exp(c + s) − exp(c) (1 + s), c = log a_i + log a_j, which never does (c + s ≤ 0); from
+    log a itself, as a = exp(log a) underflows float32 where |x̃|² > 174."""
+    log_w = log_a[:, :, None] + log_a[:, None, :]
+    if slope:
+        return (log_w + s).exp_() - log_w.exp()
+    return (log_w + s).exp_() - log_w.exp() * (1 + s)
 
 
 class _ResidualProduct(torch.autograd.Function):
     """(R / σ_f²) v over chunks of rows, R recomputed in the backward pass (module docstring).
 
-    Inputs: x̃ (n, T, d), log a (n, T) or None (exponential kernel), v (n, T, d_v). The T × T
-    work per chunk: s = x̃ x̃ᵀ, e₂(s) scaled by a_i a_j, and its product with v; backward adds
-    the products with the output's gradient and exp(s) − 1, the derivative of e₂."""
+    Inputs: x̃ (n, T, d), log a (n, T) or None (exponential kernel), v (n, T, d_v). Per chunk,
+    s = x̃ x̃ᵀ and E = e₂(s); the amplitudes a_i a_j multiply the values instead of E,
+    (R / σ_f²) v = a ⊙ (E (a ⊙ v)), so the T × T passes are those of e₂ alone (in log space,
+    where exp(s) could overflow, E holds them). Backward adds the products with the output's
+    gradient and with e₂'(s) = exp(s) − 1 = s + e₂(s)."""
 
     @staticmethod
     def forward(ctx: Any, scaled: Tensor, log_a: Tensor | None, v: Tensor) -> Tensor:
         amplitude = None if log_a is None else log_a.exp()
+        weighted = _weighted(v, amplitude)  # a ⊙ v
         out = torch.empty_like(v)
-        for rows, largest in _chunks(scaled):
-            x = scaled[rows]
-            a = None if amplitude is None else amplitude[rows]
-            out[rows] = _terms(x @ x.transpose(-1, -2), a, largest) @ v[rows]
-        ctx.save_for_backward(scaled, amplitude, v, out)
+        chunks = _chunks(scaled)
+        work = _Workspace(scaled, chunks[0][0].stop)
+        for rows, largest in chunks:
+            s = work.products(scaled[rows])
+            if _in_log_space(amplitude, largest):
+                out[rows] = _log_space_terms(s, log_a[rows]) @ v[rows]
+            else:
+                product = torch.bmm(work.remainder(s, largest), weighted[rows], out=out[rows])
+                _weighted(product, None if amplitude is None else amplitude[rows], inplace=True)
+        ctx.save_for_backward(scaled, log_a, v, out)
         return out
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
-        scaled, amplitude, v, out = ctx.saved_tensors
+        scaled, log_a, v, out = ctx.saved_tensors
+        amplitude = None if log_a is None else log_a.exp()
         grad_x, grad_v = torch.empty_like(scaled), torch.empty_like(v)
-        for rows, largest in _chunks(scaled):
-            x, g, a = scaled[rows], grad_out[rows], None if amplitude is None else amplitude[rows]
-            s = x @ x.transpose(-1, -2)
-            grad_v[rows] = _terms(s, a, largest).transpose(-1, -2) @ g  # Eᵀ g
-            slope = _terms(s, a, largest, slope=True)  # ∂E/∂s = a_i a_j (exp(s) − 1)
-            by_s = (g @ v[rows].transpose(-1, -2)).mul_(slope)  # ∂L/∂s, (n, T, T)
+        weighted_v, weighted_g = _weighted(v, amplitude), _weighted(grad_out, amplitude)
+        chunks = _chunks(scaled)
+        work = _Workspace(scaled, chunks[0][0].stop)
+        for rows, largest in chunks:
+            x, s = scaled[rows], work.products(scaled[rows])
+            if _in_log_space(amplitude, largest):  # E and its slope hold a_i a_j
+                g, values = grad_out[rows], v[rows]
+                grad_v[rows] = _log_space_terms(s, log_a[rows]).transpose(-1, -2) @ g  # Eᵀ g
+                slope = _log_space_terms(s, log_a[rows], slope=True)
+            else:
+                g, values = weighted_g[rows], weighted_v[rows]
+                e = work.remainder(s, largest)
+                product = torch.bmm(e.transpose(-1, -2), g, out=grad_v[rows])  # Eᵀ (a ⊙ g)
+                _weighted(product, None if amplitude is None else amplitude[rows], inplace=True)
+                slope = s.add_(e)  # e₂'(s) = s + e₂(s), overwriting s
+            by_s = torch.bmm(g, values.transpose(-1, -2), out=work.e[: len(x)])  # ∂L/∂s, (n, T, T)
+            by_s.mul_(slope)
             grad_x[rows] = by_s @ x + by_s.transpose(-1, -2) @ x
         grad_log_a = None
         if amplitude is not None and ctx.needs_input_grad[1]:
@@ -195,12 +226,27 @@ class _ResidualProduct(torch.autograd.Function):
         return grad_x, grad_log_a, grad_v
 
 
+def _weighted(values: Tensor, amplitude: Tensor | None, inplace: bool = False) -> Tensor:
+    """a_i values_i (values (n, T, k), a (n, T)); unchanged for the exponential kernel (a ≡ 1)."""
+    if amplitude is None:
+        return values
+    return values.mul_(amplitude[..., None]) if inplace else values * amplitude[..., None]
+
+
+def _in_log_space(amplitude: Tensor | None, largest: float) -> bool:
+    """Whether a chunk's E is formed in log space: the ARD kernel where exp(s) could overflow."""
+    return amplitude is not None and largest > LARGEST_EXPONENT
+
+
 def _chunks(scaled: Tensor) -> list[tuple[slice, float]]:
     """Row slices of x̃ (n, T, d) holding about :data:`CHUNK_ELEMENTS` T × T elements each, with
     a bound on their |s_ij| = |x̃_i · x̃_j| ≤ max_i |x̃_i|² (Cauchy–Schwarz)."""
     n, length = scaled.shape[0], scaled.shape[1]
     step = max(1, CHUNK_ELEMENTS // max(1, length * length))
     norms = scaled.detach().pow(2).sum(-1).amax(-1)  # (n,)
+    starts = range(0, n, step)
+    largest = [norms[i : i + step].max() for i in starts]
     return [
-        (slice(i, min(i + step, n)), float(norms[i : i + step].max())) for i in range(0, n, step)
+        (slice(i, min(i + step, n)), bound)
+        for i, bound in zip(starts, torch.stack(largest).tolist(), strict=True)
     ]
