@@ -176,6 +176,8 @@ def decoupled_conditional(
     """
     dtype = torch.promote_types(x_a.dtype, torch.float32)
     with autocast_off(x_a):
+        # contiguous once, so that the batched products below reshape without copying
+        x_a, v_a = x_a.contiguous(), v_a.contiguous()  # (*S, B, H, T, ·)
         k64 = FactoredKernel.of(kernel, torch.float64)
         amortised, inducing = k64.scaled(x_a), k64.scaled(x_g)  # in float64
         v_a64 = v_a.double()
