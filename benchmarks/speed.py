@@ -19,7 +19,9 @@ The scale is H-STO's IMDB setting (Pei et al. 2022): batch 128, sequence length 
    same modules, MAP loss and optimiser in plain PyTorch, with its goal (≤ 1.15×). The
    training step on the IMDB SGPA model (``models/imdb/sgpa.toml`` with
    ``inference/imdb/sgpa.toml``, batch 32), with the fast and the all-float64 conditional.
-   The goals of issue 37 are printed last, each met or not.
+   The goals of issue 37 are printed last, each met or not; each time ratio among them is the
+   median of this run's and ``--pairs`` more runs of its two cases back to back (this shared
+   machine's speed drifts by up to 1.5× over minutes, which one pair cannot tell from a gap).
 3. The posterior predictive of that model with S = 10 on N examples: ``probtrans.predict`` with
    S = 10 (one batched pass per batch), 10 sequential single-sample ``predict`` calls,
    ``pyro.infer.Predictive(num_samples=10)`` called per batch, and 10 sequential calls of
@@ -35,7 +37,7 @@ what it held once its inputs were built. With ``--device cuda`` every case runs 
 what was allocated once its inputs were built. Times are medians over ``--repeats`` runs after
 one warm-up.
 
-    python benchmarks/speed.py                # about 6 minutes on a 2-core CPU
+    python benchmarks/speed.py                # about 8 minutes on a 2-core CPU
     python benchmarks/speed.py --repeats 3 --examples 256
     python benchmarks/speed.py --device cuda  # every case on the GPU
 """
@@ -453,6 +455,9 @@ def cpu_name() -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--pairs", type=int, default=2, help="extra back-to-back runs of each goal's two cases"
+    )
     parser.add_argument("--examples", type=int, default=128, help="N of the predictive cases")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--case", choices=list(CASES), help=argparse.SUPPRESS)
@@ -506,23 +511,33 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"  {f'predict {peak} memory, 4N minus N':<42} {growth:+5.0f} MiB")
 
-    def ratio(a: str, b: str, key: str = "seconds") -> float:
-        return results[a][key] / max(results[b][key], 1e-9)
+    def time_ratios(a: str, b: str) -> list[float]:
+        """This run's ratio of the times of cases a and b, then ``--pairs`` more, each pair run
+        back to back, so that the machine's drift falls on both cases alike."""
+        ratios = [results[a]["seconds"] / results[b]["seconds"]]
+        for _ in range(args.pairs):
+            again = measure(a, args.repeats, args.examples, args.device)["seconds"]
+            ratios.append(again / measure(b, args.repeats, args.examples, args.device)["seconds"])
+        return ratios
 
+    memory = results["attn_sgpa"]["peak_mib"] / max(results["attn_softmax"]["peak_mib"], 1e-9)
     goals = [
-        ("SGPA layer / fused SDPA", ratio("attn_sgpa", "attn_softmax"), SGPA_GOAL),
+        ("SGPA layer / fused SDPA", time_ratios("attn_sgpa", "attn_softmax"), SGPA_GOAL),
+        (f"SGPA {peak} memory / deterministic's", [memory], SGPA_GOAL),
+        ("digits SVI step / plain step", time_ratios("step_svi_digits", "step_plain_digits"), 1.15),
         (
-            f"SGPA {peak} memory / deterministic's",
-            ratio("attn_sgpa", "attn_softmax", "peak_mib"),
-            SGPA_GOAL,
+            "IMDB H-STO SVI step / plain step",
+            time_ratios("step_svi_h_sto", "step_plain_h_sto"),
+            0.97,
         ),
-        ("digits SVI step / plain step", ratio("step_svi_digits", "step_plain_digits"), 1.15),
-        ("IMDB H-STO SVI step / plain step", ratio("step_svi_h_sto", "step_plain_h_sto"), 0.97),
     ]
-    print("\ngoals (issue 37):")
-    for label, value, goal in goals:
+    pairs = args.pairs + 1
+    print(f"\ngoals (issue 37; each time ratio the median of {pairs} pairs, their range after it):")
+    for label, values, goal in goals:
+        value = statistics.median(values)
         verdict = "met" if value <= goal else "not met"
-        print(f"  {label:<42} {value:5.2f}×  goal ≤ {goal}×: {verdict}")
+        spread = f"({min(values):.2f}–{max(values):.2f})" if len(values) > 1 else ""
+        print(f"  {label:<38} {value:5.2f}× {spread:<11} goal ≤ {goal}×: {verdict}")
 
 
 if __name__ == "__main__":
