@@ -37,7 +37,7 @@ what it held once its inputs were built. With ``--device cuda`` every case runs 
 what was allocated once its inputs were built. Times are medians over ``--repeats`` runs after
 one warm-up.
 
-    python benchmarks/speed.py                # about 8 minutes on a 2-core CPU
+    python benchmarks/speed.py                # 2-core CPU: about 6 min, then the goals' pairs
     python benchmarks/speed.py --repeats 3 --examples 256
     python benchmarks/speed.py --device cuda  # every case on the GPU
 """
