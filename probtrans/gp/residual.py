@@ -148,8 +148,8 @@ class _Workspace:
         return torch.bmm(x, x.transpose(-1, -2), out=self.s[: len(x)])
 
     def remainder(self, s: Tensor, largest: float) -> Tensor:
-        """e₂(s) = exp(s) − 1 − s elementwise, s (n, T, T) with |s| ≤ ``largest`` ≤
-        :data:`LARGEST_EXPONENT`, to float32's relative precision: the Taylor series with the
+        """e₂(s) = exp(s) − 1 − s elementwise, s (n, T, T) with |s| ≤ ``largest``, to float32's
+        relative precision: the Taylor series with the
         terms ``largest`` needs where it is at most :data:`SERIES_BELOW`; above it, the series
         for |s| < 1 and expm1(s) − s elsewhere."""
         out = self.e[: len(s)]
@@ -192,7 +192,7 @@ class _ResidualProduct(torch.autograd.Function):
                 out[rows] = _log_space_terms(s, log_a[rows]) @ v[rows]
             else:
                 product = torch.bmm(work.remainder(s, largest), weighted[rows], out=out[rows])
-                _weighted(product, None if amplitude is None else amplitude[rows], inplace=True)
+                _weighted(product, _rows(amplitude, rows), inplace=True)
         ctx.save_for_backward(scaled, log_a, v, out)
         return out
 
@@ -214,7 +214,7 @@ class _ResidualProduct(torch.autograd.Function):
                 g, values = weighted_g[rows], weighted_v[rows]
                 e = work.remainder(s, largest)
                 product = torch.bmm(e.transpose(-1, -2), g, out=grad_v[rows])  # Eᵀ (a ⊙ g)
-                _weighted(product, None if amplitude is None else amplitude[rows], inplace=True)
+                _weighted(product, _rows(amplitude, rows), inplace=True)
                 slope = s.add_(e)  # e₂'(s) = s + e₂(s), overwriting s
             by_s = torch.bmm(g, values.transpose(-1, -2), out=work.e[: len(x)])  # ∂L/∂s, (n, T, T)
             by_s.mul_(slope)
@@ -231,6 +231,11 @@ def _weighted(values: Tensor, amplitude: Tensor | None, inplace: bool = False) -
     if amplitude is None:
         return values
     return values.mul_(amplitude[..., None]) if inplace else values * amplitude[..., None]
+
+
+def _rows(amplitude: Tensor | None, rows: slice) -> Tensor | None:
+    """The chunk's amplitudes a (n, T), or None for the exponential kernel."""
+    return None if amplitude is None else amplitude[rows]
 
 
 def _in_log_space(amplitude: Tensor | None, largest: float) -> bool:
