@@ -149,9 +149,8 @@ class _Workspace:
 
     def remainder(self, s: Tensor, largest: float) -> Tensor:
         """e₂(s) = exp(s) − 1 − s elementwise, s (n, T, T) with |s| ≤ ``largest``, to float32's
-        relative precision: the Taylor series with the
-        terms ``largest`` needs where it is at most :data:`SERIES_BELOW`; above it, the series
-        for |s| < 1 and expm1(s) − s elsewhere."""
+        relative precision: the Taylor series with the terms ``largest`` needs where it is at
+        most :data:`SERIES_BELOW`; above it, the series for |s| < 1 and expm1(s) − s elsewhere."""
         out = self.e[: len(s)]
         if largest <= SERIES_BELOW:
             return _series(s, _series_terms(largest), out)
