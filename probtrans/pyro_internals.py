@@ -20,11 +20,19 @@ version's source and add it). Nothing else in probtrans imports a private Pyro n
 - :class:`DeepPyroModule`: a ``PyroModule`` whose ``PyroModule``\ s sit deep inside plain
   ``nn.Module``\ s (a Hugging Face backbone): they are named after their path and share its
   Pyro context (``_pyro_set_supermodule``), as direct ``PyroModule`` attributes would.
+- :class:`ParamsUnsent` and :func:`quiet_reads`: ``poutine.block(hide_types=["param"])``
+  in which the ``PyroModule``\ s made quiet read their parameters, buffers and submodules as
+  plain ``nn.Module``\ s do, without the ``param`` messages the block would stop anyway
+  (``PyroModule.__getattr__`` sends one per parameter read; ``_pyro_params``,
+  ``_pyro_samples``, ``_pyro_name`` and ``_pyro_context`` say which reads are plain).
 """
 
 from __future__ import annotations
 
+import copyreg
+import functools
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from pyro.infer import ELBO
@@ -34,6 +42,7 @@ from pyro.poutine.block_messenger import BlockMessenger
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.runtime import _PYRO_STACK
 from pyro.poutine.trace_struct import Trace
+from torch import nn
 
 #: the Pyro versions whose source the functions below were checked against
 CHECKED_PYRO_VERSIONS = ("1.9.2",)
@@ -85,3 +94,86 @@ class DeepPyroModule(PyroModule):
     def _pyro_set_supermodule(self, name: str, context: Any) -> None:
         super()._pyro_set_supermodule(name, context)
         self.attach_deep()
+
+
+_UNSENT: ContextVar[bool] = ContextVar("probtrans_params_unsent", default=False)
+
+
+class ParamsUnsent(BlockMessenger):
+    """``poutine.block(hide_types=["param"])`` whose quiet modules (:func:`quiet_reads`) send
+    no ``param`` message at all: inside it, no handler sees their parameter reads (outside
+    it none would, as the block stops them), and nothing else changes. For a training loop
+    that trains ``.parameters()`` and reads no parameter from a trace."""
+
+    def __init__(self) -> None:
+        super().__init__(hide_types=["param"])
+        self._tokens: list[Any] = []
+
+    def __enter__(self) -> ParamsUnsent:
+        self._tokens.append(_UNSENT.set(True))
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        try:
+            return super().__exit__(*exc)
+        finally:
+            _UNSENT.reset(self._tokens.pop())
+
+
+def _plain_read(module: PyroModule, name: str) -> Any:
+    """What ``module.name`` is without Pyro's messages where that is a parameter, buffer or
+    named submodule of ``module`` (no ``PyroParam``, no ``PyroSample``), else ``None``."""
+    state = module.__dict__
+    for table in ("_parameters", "_buffers"):
+        if name in state[table]:
+            return state[table][name]
+    child = state["_modules"].get(name)
+    if isinstance(child, PyroModule) and not child._pyro_name:
+        return None  # not yet named after its path: Pyro names it on this read
+    return child
+
+
+def _new_instance(cls: type, *args: Any) -> Any:
+    """``copyreg.__newobj__`` without its check of the class: a quiet module unpickled."""
+    return cls.__new__(cls, *args)
+
+
+@functools.cache
+def _quiet_class(cls: type[PyroModule]) -> type[PyroModule]:
+    """``cls`` whose parameter reads and nested calls skip Pyro's messages inside
+    :class:`ParamsUnsent`; pickled (and deep-copied) as a ``cls``."""
+
+    def __getattr__(self: PyroModule, name: str) -> Any:
+        if _UNSENT.get():
+            value = _plain_read(self, name)
+            if value is not None:
+                return value
+        return cls.__getattr__(self, name)
+
+    def __call__(self: PyroModule, *args: Any, **kwargs: Any) -> Any:
+        context = self._pyro_context
+        if _UNSENT.get() and context.active:  # nested: Pyro checks only the outermost call
+            with context:
+                return nn.Module.__call__(self, *args, **kwargs)
+        return cls.__call__(self, *args, **kwargs)
+
+    def __reduce_ex__(self: PyroModule, protocol: Any) -> Any:
+        reduced = list(cls.__reduce_ex__(self, protocol))
+        args = reduced[1]
+        if args and args[0] is type(self):  # rebuilt from its class: from cls instead
+            reduced[1] = (cls, *args[1:])
+            if reduced[0] is copyreg.__newobj__:  # which checks the class against the object's
+                reduced[0] = _new_instance
+        return tuple(reduced)
+
+    namespace = {"__getattr__": __getattr__, "__call__": __call__, "__reduce_ex__": __reduce_ex__}
+    namespace |= {"__module__": cls.__module__, "_probtrans_quiet": True}
+    return type(cls.__name__, (cls,), namespace)
+
+
+def quiet_reads(root: nn.Module) -> None:
+    """Make every ``PyroModule`` in ``root`` quiet inside :class:`ParamsUnsent`, in place (as
+    Pyro's ``to_pyro_module_`` changes a module's class); outside it they behave as before."""
+    for module in root.modules():
+        if isinstance(module, PyroModule) and not getattr(type(module), "_probtrans_quiet", False):
+            module.__class__ = _quiet_class(type(module))

@@ -3,6 +3,9 @@ versions listed there, and each still behaving as probtrans uses it."""
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pyro
 import pyro.distributions as dist
 import pytest
@@ -10,15 +13,18 @@ import torch
 from pyro import poutine
 from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
 from pyro.infer.autoguide import AutoNormal
-from pyro.nn import PyroModule, PyroSample
+from pyro.nn import PyroModule, PyroParam, PyroSample
 
+from probtrans.contract import local_params
 from probtrans.pyro_internals import (
     CHECKED_PYRO_VERSIONS,
+    ParamsUnsent,
     handler_stack,
     is_prototype_block,
     particle_loss,
     particle_traces,
     pyro_sample_names,
+    quiet_reads,
 )
 
 
@@ -28,7 +34,8 @@ def test_the_installed_pyro_is_a_checked_version():
         f"were checked against ({', '.join(CHECKED_PYRO_VERSIONS)}): re-check each function of "
         f"probtrans/pyro_internals.py against this version's source (_PYRO_STACK, "
         f"prototype_hide_fn, ELBO._get_traces and _differentiable_loss_particle, "
-        f"PyroModule._pyro_samples), run this file, then add the version to "
+        f"PyroModule._pyro_samples, PyroModule.__getattr__'s param messages and "
+        f"_pyro_name, _pyro_context), run this file, then add the version to "
         f"CHECKED_PYRO_VERSIONS"
     )
 
@@ -93,3 +100,82 @@ def test_pyro_sample_names_are_a_modules_own_pyro_sample_attributes():
     assert pyro_sample_names(layer) == ["w"]
     assert pyro_sample_names(layer.child) == ["u"]
     assert pyro_sample_names(torch.nn.Linear(2, 2)) == []
+
+
+class Net(PyroModule):
+    """A parameter, a buffer, a Pyro submodule with a PyroSample, a plain submodule and a
+    PyroParam: every kind of read PyroModule.__getattr__ treats apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.tensor([0.5, -1.0]))
+        self.register_buffer("b", torch.tensor([2.0, 3.0]))
+        self.inner = PyroModule[torch.nn.Linear](2, 2)
+        self.inner.bias = PyroSample(dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+        self.plain = torch.nn.Linear(2, 1)
+        self.positive = PyroParam(torch.tensor(2.0), constraint=dist.constraints.positive)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.plain(self.inner(x * self.a + self.b)).sum() * self.positive
+
+
+class Messages(poutine.messenger.Messenger):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, str]] = []
+
+    def _process_message(self, msg: dict) -> None:
+        self.seen.append((msg["type"], msg["name"]))
+
+
+def run(net: Net, unsent: bool) -> tuple[torch.Tensor, list, poutine.Trace]:
+    """net(x) under a trace and a param block (ParamsUnsent or Pyro's own), with a handler
+    inside the block recording the messages that reach it."""
+    x = torch.tensor([[1.0, 2.0]])
+    block = ParamsUnsent() if unsent else poutine.block(hide_types=["param"])
+    pyro.set_rng_seed(0)
+    with poutine.trace() as tape, block, Messages() as inside:
+        out = net(x)
+    return out, inside.seen, tape.trace
+
+
+@pytest.mark.parametrize("module_local", [True, False])
+def test_quiet_modules_send_no_param_message_inside_params_unsent_and_compute_the_same(
+    module_local,
+):
+    """Inside ParamsUnsent a quiet module's nn.Parameter reads send nothing (handlers inside
+    the block saw them before); the PyroParam read and the PyroSample site still go through
+    Pyro, and the value and the gradients are the same. Outside it, nothing changes."""
+    pyro.clear_param_store()
+    with pyro.settings.context(module_local_params=module_local):
+        net = Net()
+        loud_out, loud_seen, loud_trace = run(net, unsent=False)
+        loud_grads = torch.autograd.grad(loud_out, list(net.parameters()))
+        quiet_reads(net)
+        assert type(net.plain) is torch.nn.Linear  # not a PyroModule: left as it is
+        out, seen, trace = run(net, unsent=True)
+        grads = torch.autograd.grad(out, list(net.parameters()))
+        outside = run(net, unsent=False)
+    loud_params = {name.replace("$$$", ".") for kind, name in loud_seen if kind == "param"}
+    assert {"a", "inner.weight", "plain.weight", "plain.bias", "positive"} <= loud_params
+    assert [name for kind, name in seen if kind == "param"] == ["positive"]  # the PyroParam
+    assert [name for kind, name in seen if kind == "sample"] == ["inner.bias"]
+    assert list(trace.nodes) == list(loud_trace.nodes) == ["inner.bias"]
+    assert torch.equal(out, loud_out)
+    for g, loud in zip(grads, loud_grads, strict=True):
+        assert torch.equal(g, loud)
+    assert outside[1] == loud_seen and torch.equal(outside[0], loud_out)
+
+
+def test_a_quiet_module_pickles_and_copies_as_the_module_it_was():
+    with local_params():
+        net = Net()
+        quiet_reads(net)
+        quiet_reads(net)  # made quiet once: its class is not wrapped again
+        assert type(net).__bases__[0] is Net
+        assert type(net.inner).__bases__[0] is PyroModule[torch.nn.Linear]
+        for copied in (copy.deepcopy(net), pickle.loads(pickle.dumps(net))):
+            assert type(copied) is Net
+            assert type(copied.inner) is PyroModule[torch.nn.Linear]
+            state, expected = copied.state_dict(), net.state_dict()
+            assert all(torch.equal(state[k], expected[k]) for k in expected)

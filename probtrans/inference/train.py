@@ -59,7 +59,6 @@ import numpy as np
 import pyro
 import pyro.util
 import torch
-from pyro import poutine
 from pyro.infer import Trace_ELBO
 from pyro.optim.clipped_adam import ClippedAdam
 from torch import Tensor, nn
@@ -84,6 +83,7 @@ from probtrans.inference.objective import (
 from probtrans.inference.predictive import sample_predictive
 from probtrans.inference.training_log import open_log
 from probtrans.model import Classifier
+from probtrans.pyro_internals import ParamsUnsent, quiet_reads
 from probtrans.specs import InferenceSpec, OptimSpec
 
 #: keys of the resume file besides :class:`TrainingState`'s: the objects
@@ -276,11 +276,13 @@ class ElboObjective(nn.Module):
     """The negative ELBO of a batch as a module that holds everything it trains: the classifier
     and the guide (a module); what ``DistributedDataParallel`` wraps, as Pyro's ``ELBOModule``.
 
-    It sends Pyro's handlers only what the ELBO reads: the ``param`` messages of the model and
+    It sends Pyro's handlers only what the ELBO reads. The ``param`` messages of the model and
     the guide (one per parameter a ``PyroModule`` reads, tens per step; their parameters are
-    trained from ``.parameters()``, not from a trace) stop at a block around each, and the
-    classifier skips its output sites (:func:`~probtrans.contract.outputs_unrecorded`). The
-    loss and its gradients are those of the model and guide without them."""
+    trained from ``.parameters()``, not from a trace) stop at a block around each, and inside
+    it the modules read their parameters without sending them
+    (:class:`~probtrans.pyro_internals.ParamsUnsent`). The classifier skips its output sites
+    (:func:`~probtrans.contract.outputs_unrecorded`). The loss and its gradients are those of
+    the model and guide without them."""
 
     def __init__(
         self,
@@ -293,8 +295,9 @@ class ElboObjective(nn.Module):
         super().__init__()
         self.classifier = classifier
         self.guide = guide if isinstance(guide, nn.Module) else None
-        self.model = kl_weight(poutine.block(self_guided(classifier), hide_types=["param"]))
-        self.weighted_guide = kl_weight(poutine.block(guide, hide_types=["param"]))
+        quiet_reads(self)
+        self.model = kl_weight(ParamsUnsent()(self_guided(classifier)))
+        self.weighted_guide = kl_weight(ParamsUnsent()(guide))
         self.elbo, self.n_data = elbo, n_data
 
     def forward(
