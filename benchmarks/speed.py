@@ -34,8 +34,8 @@ Each case runs in its own process; "peak MiB" is that process's peak resident me
 what it held once its inputs were built. With ``--device cuda`` every case runs on the GPU
 (modules, inputs and labels on it; ``predict`` moves each batch there), the clock is read after
 ``torch.cuda.synchronize()``, and "peak GPU MiB" is the case's peak allocated GPU memory above
-what was allocated once its inputs were built. Times are medians over ``--repeats`` runs after
-one warm-up.
+what was allocated once its inputs were built. Times are medians over ``--repeats`` runs (more
+for a short step, until they take 2 s in all) after warm-up runs of 0.5 s (at least one).
 
     python benchmarks/speed.py                # 2-core CPU: about 6 min, then the goals' pairs
     python benchmarks/speed.py --repeats 3 --examples 256
@@ -102,15 +102,27 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+#: seconds of warm-up runs before the timed ones (at least one), and the least time the timed
+#: runs take in all: a short step (the digits model's, about 15 ms) is run until then, not
+#: ``--repeats`` times only, so that its median is that of a steady state
+WARMUP_SECONDS, MIN_SECONDS = 0.5, 2.0
+
+
 def median_seconds(step: Callable[[], None], repeats: int, device: str) -> float:
-    times = []
-    for _ in range(repeats + 1):  # the first run warms up
+    def timed() -> float:
         start = time.perf_counter()
         step()
         if device == "cuda":
             torch.cuda.synchronize()  # wait for the step's kernels
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])
+        return time.perf_counter() - start
+
+    warm = timed()
+    while warm < WARMUP_SECONDS:
+        warm += timed()
+    times = [timed() for _ in range(repeats)]
+    while sum(times) < MIN_SECONDS:
+        times.append(timed())
+    return statistics.median(times)
 
 
 def tokens(n: int) -> torch.Tensor:
@@ -471,7 +483,8 @@ def main(argv: list[str] | None = None) -> None:
     gpu = f"{torch.cuda.get_device_name()} on " if args.device == "cuda" else ""
     print(
         f"{gpu}{cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads, median of {args.repeats} runs"
+        f"{torch.get_num_threads()} threads, median of {args.repeats} runs (short steps: "
+        f"of {MIN_SECONDS:g} s of runs), after {WARMUP_SECONDS:g} s of warm-up"
     )
     print(f"B = {BATCH}, L = {LENGTH}, D = 128, H = 8, d_h = 16; predictive N = {args.examples}\n")
     peak = "peak GPU" if args.device == "cuda" else "peak"
