@@ -279,7 +279,7 @@ class ElboObjective(nn.Module):
     It sends Pyro's handlers only what the ELBO reads. The ``param`` messages of the model and
     the guide (one per parameter a ``PyroModule`` reads, tens per step; their parameters are
     trained from ``.parameters()``, not from a trace) stop at a block around each, and inside
-    it the modules read their parameters without sending them
+    it the classifier's modules read their parameters without sending them
     (:class:`~probtrans.pyro_internals.ParamsUnsent`). The classifier skips its output sites
     (:func:`~probtrans.contract.outputs_unrecorded`). The loss and its gradients are those of
     the model and guide without them."""
@@ -295,7 +295,7 @@ class ElboObjective(nn.Module):
         super().__init__()
         self.classifier = classifier
         self.guide = guide if isinstance(guide, nn.Module) else None
-        quiet_reads(self)
+        quiet_reads(classifier)  # a guide passed in keeps its class
         self.model = kl_weight(ParamsUnsent()(self_guided(classifier)))
         self.weighted_guide = kl_weight(ParamsUnsent()(guide))
         self.elbo, self.n_data = elbo, n_data
