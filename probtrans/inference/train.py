@@ -59,6 +59,7 @@ import numpy as np
 import pyro
 import pyro.util
 import torch
+from pyro import poutine
 from pyro.infer import Trace_ELBO
 from pyro.optim.clipped_adam import ClippedAdam
 from torch import Tensor, nn
@@ -297,7 +298,7 @@ class ElboObjective(nn.Module):
         self.guide = guide if isinstance(guide, nn.Module) else None
         quiet_reads(classifier)  # a guide passed in keeps its class
         self.model = kl_weight(ParamsUnsent()(self_guided(classifier)))
-        self.weighted_guide = kl_weight(ParamsUnsent()(guide))
+        self.weighted_guide = kl_weight(poutine.block(guide, hide_types=["param"]))
         self.elbo, self.n_data = elbo, n_data
 
     def forward(
