@@ -11,7 +11,8 @@ al. 2022, Eq. 9–11). Both attention paths of this package draw g with :func:`g
   as PyTorch's fused ``scaled_dot_product_attention`` with the noise as additive mask:
   softmax(q kᵀ · (1/τ) + g/τ) v = softmax((q kᵀ + g) / τ) v. Same noise, same value, same
   gradients with respect to q, k and v; no log-density is computed and nothing but the noise is
-  kept for the backward pass.
+  kept for the backward pass. H-STO's â_c, which that path does form (Eq. 15 needs it), is
+  drawn by :func:`relaxed_draw`: the site's values without building its distribution.
 
 On the CPU, large noise tensors are drawn in chunks on a thread pool, each chunk from its own
 generator seeded from torch's default generator, so ``pyro.set_rng_seed`` still fixes every draw
@@ -107,6 +108,19 @@ def relaxed_one_hot(temperature: float, logits: Tensor, hard: bool) -> dist.Dist
     tau = torch.tensor(temperature, dtype=logits.dtype, device=logits.device)
     cls = RelaxedOneHotCategoricalStraightThrough if hard else RelaxedOneHotCategorical
     return cls(tau, logits=logits).to_event(2)
+
+
+def relaxed_draw(temperature: float, logits: Tensor) -> Tensor:
+    """The draw of ``relaxed_one_hot(temperature, logits, hard=False)`` at a hidden site (its
+    batch shape broadcast with the active vectorised plates, as Pyro would give it), without
+    building the distribution: the same values, with the logits normalised as ``Categorical``
+    normalises them, but no argument checks and no log-density. For the fused path, where the
+    site is hidden and only the draw is used."""
+    logits = full_precision(logits)
+    logits = logits - logits.logsumexp(-1, keepdim=True)
+    tau = torch.tensor(temperature, dtype=logits.dtype, device=logits.device)
+    shape = plate_batch_shape(logits.shape[:-3]) + logits.shape[-3:]  # (*plates, B) + (H, L, K)
+    return relaxed_sample(logits.expand(shape), tau)
 
 
 def fused_relaxed_attention(

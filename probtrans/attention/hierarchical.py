@@ -22,9 +22,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from probtrans.attention.base import MultiHeadAttention, masked_logits
-from probtrans.attention.gumbel import fused_relaxed_attention, relaxed_one_hot
+from probtrans.attention.gumbel import fused_relaxed_attention, relaxed_draw, relaxed_one_hot
 from probtrans.attention.registry import register_attention
-from probtrans.contract import fused_attention_enabled, plate_batch_shape, sample_attention
+from probtrans.contract import fused_attention_enabled, sample_attention
 from probtrans.specs.attention import HierarchicalOptions
 
 
@@ -67,12 +67,10 @@ class HierarchicalStochasticAttention(MultiHeadAttention):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None) -> Tensor:
         C = self.centroids  # (d_h, c) or (H, d_h, c); broadcasts over (*S, B, H)
         fused = fused_attention_enabled() and not self.hard
-        keys_over_centroids = relaxed_one_hot(self.tau1, k @ C, self.hard)
         if fused:  # the site is hidden: draw it without the sample statement, as Pyro would
-            batch = plate_batch_shape(keys_over_centroids.batch_shape)
-            a_c = keys_over_centroids.expand(batch).rsample()
+            a_c = relaxed_draw(self.tau1, k @ C)
         else:
-            a_c = sample_attention(self.site("a_c"), keys_over_centroids)
+            a_c = sample_attention(self.site("a_c"), relaxed_one_hot(self.tau1, k @ C, self.hard))
         k_hat = a_c @ C.transpose(-1, -2)  # (*S, B, H, L, d_h)
         if fused:
             dropout = self.dropout if self.training else 0.0
