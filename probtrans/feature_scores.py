@@ -53,6 +53,7 @@ import torch
 from sklearn.covariance import ledoit_wolf
 
 from probtrans.errors import ProbtransError
+from probtrans.metrics import check_labels
 
 #: the scores of :meth:`FeatureDensity.scores`, in the order they are reported
 FEATURE_SCORES = ("mahalanobis", "relative_mahalanobis", "feature_density", "knn")
@@ -77,22 +78,6 @@ def _check_features(features: np.ndarray, name: str = "features") -> np.ndarray:
             f"{name} of shape {features.shape} has non-finite values (NaN or inf) in {bad} rows"
         )
     return features
-
-
-def _check_labels(labels: np.ndarray, n_examples: int, n_classes: int) -> np.ndarray:
-    labels = np.asarray(labels)
-    if labels.ndim != 1 or labels.shape[0] != n_examples:
-        raise ProbtransError(
-            f"labels must have shape ({n_examples},) to match the features, "
-            f"got shape {labels.shape}"
-        )
-    if not np.issubdtype(labels.dtype, np.integer):
-        raise ProbtransError(f"labels must be integers, got dtype {labels.dtype}")
-    if labels.min() < 0 or labels.max() >= n_classes:
-        raise ProbtransError(
-            f"labels must lie in [0, {n_classes}), got values in [{labels.min()}, {labels.max()}]"
-        )
-    return labels.astype(np.int64)
 
 
 # ----------------------------------------------------------------------------- Gaussian algebra
@@ -258,7 +243,10 @@ def fit_feature_scores(
         raise ProbtransError(f"feature scores need at least 2 training rows, got shape {x.shape}")
     if k < 1:
         raise ProbtransError(f"the k of k-NN must be at least 1, got {k}")
-    y = _check_labels(labels, n, n_classes)
+    try:
+        y = check_labels(labels, n, n_classes, against="the features").astype(np.int64)
+    except ValueError as err:
+        raise ProbtransError(str(err)) from None
 
     classes, counts = np.unique(y, return_counts=True)  # (K,), (K,)
     means = np.stack([x[y == c].mean(axis=0) for c in classes])  # (K, D)

@@ -66,12 +66,15 @@ def _check_mean_probs(mean_probs: np.ndarray) -> np.ndarray:
     return mean_probs
 
 
-def _check_labels(labels: np.ndarray, n_examples: int, n_classes: int) -> np.ndarray:
+def check_labels(
+    labels: np.ndarray, n_examples: int, n_classes: int, against: str = "the predictions"
+) -> np.ndarray:
+    """Labels as an integer array (n_examples,) in [0, n_classes), else a ValueError naming the
+    shape, dtype or values (``against``: what the labels must match in length)."""
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.shape[0] != n_examples:
         raise ValueError(
-            f"labels must have shape ({n_examples},) to match the predictions, "
-            f"got shape {labels.shape}"
+            f"labels must have shape ({n_examples},) to match {against}, got shape {labels.shape}"
         )
     if not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"labels must be integers, got dtype {labels.dtype}")
@@ -91,7 +94,7 @@ def _mean_probs_and_labels(
     mean_probs: np.ndarray, labels: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     mean_probs = _check_mean_probs(mean_probs)
-    labels = _check_labels(labels, mean_probs.shape[0], mean_probs.shape[1])
+    labels = check_labels(labels, mean_probs.shape[0], mean_probs.shape[1])
     return mean_probs, labels
 
 
@@ -284,7 +287,7 @@ def std_true_class(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
     std_n = sqrt((1/S) Σ_s (p_s(y_n | x_n) - p̄(y_n | x_n))²), the population std (ddof = 0).
     """
     probs = _check_probs(probs)
-    labels = _check_labels(labels, probs.shape[1], probs.shape[2])
+    labels = check_labels(labels, probs.shape[1], probs.shape[2])
     return probs[:, np.arange(labels.size), labels].std(axis=0)
 
 
@@ -483,7 +486,7 @@ def classification_metrics(
     (``cov_at_5_risk`` when no coverage has a risk ≤ 5 %).
     """
     probs = _check_probs(probs)
-    labels = _check_labels(labels, probs.shape[1], probs.shape[2])
+    labels = check_labels(labels, probs.shape[1], probs.shape[2])
     chosen = METRICS.entries() if selected is None else selected
     return {m.name: m.function(probs, labels) for m in chosen if probs.shape[0] >= m.min_draws}
 
