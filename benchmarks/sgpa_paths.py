@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pyro
+import torch
 
 import probtrans.attention.sgpa as sgpa
 from probtrans import Run, metrics
@@ -36,13 +37,15 @@ def first_rows(split: DataSplit, n: int) -> DataSplit:
     return DataSplit(split.inputs[:n], split.labels[:n], mask)
 
 
-def predictive(run: Run, part: DataSplit, conditional: Callable, samples: int) -> np.ndarray:
-    """Probabilities (S, N, C) with the SGPA layers' decoupled conditional set to ``conditional``
-    for this call only."""
+def predictive(
+    run: Run, part: DataSplit, conditional: Callable, draws: dict[str, torch.Tensor]
+) -> np.ndarray:
+    """Probabilities (S, N, C) on the posterior ``draws`` (site → (S, ...)) with the SGPA layers'
+    decoupled conditional set to ``conditional`` for this call only."""
     kept = sgpa.decoupled_conditional
     sgpa.decoupled_conditional = conditional
     try:
-        draws = run.posterior_samples(samples, SEED)
+        samples = len(next(iter(draws.values())))
         pyro.set_rng_seed(SEED)  # the local randomness, as in evaluation
         batch = run.inference_spec.predictive.batch_size
         out = sample_predictive(run.classifier, None, part, samples, batch, run.device, draws=draws)
@@ -64,13 +67,14 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"{args.run}: the model has no decoupled SGPA layer ([model.attention] kind)")
     part = first_rows(run.data.test, args.examples)
     labels = part.labels.numpy()
+    draws = run.posterior_samples(args.samples, SEED)  # the same for both paths
     probs = {}
     for name, conditional in (
         ("fast", sgpa.decoupled_conditional),
         ("float64", decoupled_conditional_reference),
     ):
         start = time.perf_counter()
-        probs[name] = predictive(run, part, conditional, args.samples)
+        probs[name] = predictive(run, part, conditional, draws)
         mean = probs[name].mean(0)
         accuracy = (mean.argmax(1) == labels).mean()
         print(
