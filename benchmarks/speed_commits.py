@@ -1,5 +1,4 @@
-"""``speed.py``'s cases at an earlier commit and in this working tree, timed in alternating
-processes.
+"""Time ``speed.py``'s cases at an earlier commit and in this working tree, alternately.
 
 Saying that a change left a step no slower needs both sides timed in one run. This shared
 machine's speed drifts by up to 1.5× over minutes (``speed.py``'s docstring), more than most
