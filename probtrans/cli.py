@@ -25,6 +25,7 @@ import threading
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 from probtrans.errors import ConfigError, ProbtransError, refused_write
 from probtrans.metrics import UNCERTAINTY_SCORES
@@ -414,15 +415,34 @@ class Stopped(KeyboardInterrupt):
         super().__init__(signal.Signals(signum).name)
 
 
+#: how long a stop signal that arrived inside a finaliser waits before it is sent again
+STOP_RETRY_SECONDS = 0.01
+
+
+def in_finaliser(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside a ``__del__`` method, where Python prints an exception
+    and drops it ("Exception ignored in ...") instead of raising it."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextlib.contextmanager
 def stop_signals_as_interrupts() -> Iterator[None]:
     """SIGTERM and SIGHUP raise :class:`Stopped` in the block (a second one is ignored while
-    the command cleans up); the previous handlers come back afterwards."""
+    the command cleans up); the previous handlers come back afterwards. A signal that arrives
+    while a finaliser runs (a progress bar's ``__del__``) is sent again shortly after, since
+    an exception raised there would be dropped and the command would go on."""
     if threading.current_thread() is not threading.main_thread():  # no handlers there
         yield
         return
 
-    def stop(signum: int, frame: object) -> None:
+    def stop(signum: int, frame: FrameType | None) -> None:
+        if in_finaliser(frame):
+            threading.Timer(STOP_RETRY_SECONDS, os.kill, (os.getpid(), signum)).start()
+            return
         for ignored in STOP_SIGNALS:
             signal.signal(ignored, signal.SIG_IGN)
         raise Stopped(signum)

@@ -19,7 +19,7 @@ import pytest
 
 import probtrans.inference.train
 import probtrans.io
-from probtrans.cli import main
+from probtrans.cli import Stopped, main, stop_signals_as_interrupts
 from probtrans.lock import lock_path
 from probtrans.runs import fit
 from tests.conftest import ROOT, tiny_inference
@@ -192,3 +192,21 @@ def test_sighup_stops_a_fit_with_status_129(tmp_path, tiny_model_file, monkeypat
     one_error_line(capsys.readouterr().err, "stopped by SIGHUP; the state after epoch 1 is kept")
     assert signal.getsignal(signal.SIGHUP) is previous  # the caller's handler is back
     assert not lock_path(out).exists() and not out.exists()
+
+
+def test_a_sigterm_that_arrives_inside_a_finaliser_still_stops_the_command():
+    """Python drops an exception raised in ``__del__`` (a progress bar's, in CI): the signal is
+    sent again once the finaliser is done, and the block stops all the same."""
+
+    class SignalledWhileCollected:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler runs before __del__ returns
+            sum(range(1000))
+
+    with pytest.raises(Stopped) as stop:
+        with stop_signals_as_interrupts():
+            SignalledWhileCollected()  # collected at once: __del__ runs here
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                time.sleep(0.001)
+    assert stop.value.signum == signal.SIGTERM
