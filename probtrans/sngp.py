@@ -68,18 +68,36 @@ def spectral_normalise(module: nn.Module, bound: float, iterations: int = 1) -> 
 
 
 class RandomFeatures(nn.Module):
-    """φ(h) = √(2/M) cos(Ω h / ℓ + b): (…, D) → (…, M), with Ω (M, D) and b (M,) fixed buffers."""
+    """φ(h) = √(2/M) cos(Ω h / ℓ + b): (…, D) → (…, M), with Ω (M, D), b (M,) and ℓ fixed
+    buffers (ℓ is kept in the checkpoint: a backbone's is measured on its features,
+    :func:`median_distance`)."""
 
     def __init__(self, d_in: int, n_features: int, lengthscale: float) -> None:
         super().__init__()
-        self.lengthscale = lengthscale
         self.register_buffer("omega", torch.randn(n_features, d_in))
         self.register_buffer("phase", 2 * math.pi * torch.rand(n_features))
+        self.register_buffer("lengthscale", torch.tensor(float(lengthscale)))
+        self.register_load_state_dict_pre_hook(_lengthscale_of_older_checkpoints)
 
     def forward(self, h: Tensor) -> Tensor:
         """φ(h), in float32 at least, with autocast off: the phases Ω h / ℓ + b, several times
         2π, would lose their fractional part to bfloat16."""
         h = full_precision(h)
         with autocast_off(h):
-            projection = h @ self.omega.T / self.lengthscale + self.phase
+            projection = h @ self.omega.T / self.lengthscale.to(h.dtype) + self.phase
             return math.sqrt(2.0 / len(self.phase)) * torch.cos(projection)
+
+
+def _lengthscale_of_older_checkpoints(
+    module: nn.Module, state: dict, prefix: str, *_: object
+) -> None:
+    """A checkpoint written before ℓ was a buffer keeps the ℓ the module was built with."""
+    state.setdefault(prefix + "lengthscale", module.lengthscale.detach().clone())
+
+
+def median_distance(features: Tensor) -> float:
+    """The median Euclidean distance between distinct rows of ``features`` (N, D): the RBF
+    length scale of the median heuristic, at which the kernel of a typical pair is e^(−½)."""
+    distances = torch.cdist(features.double(), features.double())
+    pairs = torch.triu_indices(len(features), len(features), offset=1)
+    return float(distances[pairs[0], pairs[1]].median())

@@ -108,6 +108,32 @@ def torch_uncertainty_metrics() -> list[metrics.Metric]:
     return sorted((m for m in metrics.METRICS.entries() if m.torch_uncertainty), key=group)
 
 
+#: the key of ``metrics.json`` (prefixed ``{variant}.`` for a post-hoc variant) written only
+#: for a predictive that gives one class to every validation example, with what to try
+CONSTANT_NOTE = "constant_note"
+
+
+def constant_note(probs: dict[str, np.ndarray], class_names: list[str]) -> str | None:
+    """A note when the predictive ``probs`` (split → (S, N, C)) gives its most probable class,
+    the same for every example, to the whole validation split (at least two examples): the
+    network ignores its inputs (its accuracy is the class's share, its MCC 0); else None."""
+    val = probs.get("val")
+    if val is None or val.shape[1] < 2:
+        return None
+    predicted = np.unique(val.mean(0).argmax(-1))
+    if len(predicted) > 1:
+        return None
+    index = int(predicted[0])
+    name = repr(class_names[index]) if class_names else f"class {index}"
+    return (
+        f"every one of the {val.shape[1]} validation examples is predicted {name}: the "
+        f"network ignores its inputs (a constant predictor); try a warm-up (optim.warmup = 0.1), "
+        f"another optim.lr, more train.epochs with train.monitor = 'mcc' or 'nll', "
+        f"model.pooling = 'mean' for a pretrained backbone, or a smaller elbo.kl_weight where "
+        f"the ELBO's KL terms dwarf its likelihood (history.csv)"
+    )
+
+
 def summarise(
     probs: dict[str, np.ndarray],
     labels: dict[str, np.ndarray],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -175,6 +176,92 @@ def test_backbone_classifier_logits_are_its_head_on_the_pooled_pretrained_output
     torch.testing.assert_close(logits, expected, rtol=0, atol=1e-5)
 
 
+def test_pooler_pooling_is_the_backbones_own_pooler(tmp_path, backbones):
+    tables = "pooling = 'pooler'\n[model.prior]\nweights = 'none'\n"
+    path = write_spec(tmp_path, backbones["bert"], tables)
+    spec = with_local_backbone(load_model_spec(path))
+    data = load_data(spec.data, spec_folder(spec))
+    classifier = build_classifier(spec, data).eval()
+    _, inputs, mask, _ = next(data.train.batches(8))
+    reference = pretrained(backbones["bert"])
+    with torch.no_grad():
+        logits = classifier(inputs, mask)
+        expected = classifier.head(reference(input_ids=inputs, attention_mask=mask).pooler_output)
+    torch.testing.assert_close(logits, expected, rtol=0, atol=1e-5)
+
+
+def test_pooler_pooling_of_a_backbone_without_a_pooler_is_refused(tmp_path, backbones):
+    tables = "pooling = 'pooler'\n[model.prior]\nweights = 'none'\n"
+    path = write_spec(tmp_path, backbones["distilbert"], tables)
+    with pytest.raises(ConfigError, match="model.pooling = 'pooler'.*has no pooler"):
+        fit(tmp_path, path, "map")
+    assert not (tmp_path / "run").exists()
+
+
+def test_sngp_lengthscale_unset_is_the_median_distance_of_the_pretrained_features(
+    tmp_path, backbones
+):
+    from probtrans.sngp import median_distance
+
+    tables = "[model.head]\nkind = 'random_features'\nfeatures = 64\n"
+    path = write_spec(tmp_path, backbones["bert"], tables)
+    spec = with_local_backbone(load_model_spec(path))
+    data = load_data(spec.data, spec_folder(spec))
+    torch.manual_seed(0)
+    classifier = build_classifier(spec, data)
+    torch.manual_seed(0)
+    _, inputs, mask, _ = data.train.batch(torch.randperm(len(data.train))[:64])
+    with torch.no_grad():
+        hidden = pretrained(backbones["bert"])(input_ids=inputs, attention_mask=mask)
+    weights = mask.unsqueeze(-1).float()
+    features = (hidden.last_hidden_state * weights).sum(1) / weights.sum(1)  # mean pooling
+    expected = median_distance(features)
+    assert float(classifier.feature_map.lengthscale) == pytest.approx(expected, rel=1e-5)
+    assert expected != 1.0
+    state = classifier.state_dict()
+    assert float(state["feature_map.lengthscale"]) == pytest.approx(expected, rel=1e-5)
+
+
+def write_package(root: Path, name: str, body: str) -> None:
+    (root / f"{name}.py").write_text(body)
+
+
+@pytest.mark.parametrize(
+    "backbone, message",
+    [
+        ("package:probtrans_no_such_model", "not installed; pip install probtrans-no-such-model"),
+        ("package:1bad-name", "give a Python module name after 'package:'"),
+        ("package:pt_without_locator", "has no get_model_path"),
+        ("package:pt_empty_locator", "is not a model saved by save_pretrained"),
+        ("package:pt_failing_locator", r"get_model_path\(\) failed \(no weights here\)"),
+    ],
+)
+def test_a_package_backbone_that_names_no_model_is_one_line_and_writes_nothing(
+    tmp_path, monkeypatch, capsys, backbone, message
+):
+    from probtrans.cli import main
+
+    packages = tmp_path / "packages"
+    packages.mkdir()
+    write_package(packages, "pt_without_locator", "")
+    write_package(
+        packages, "pt_empty_locator", f"def get_model_path():\n    return {str(tmp_path)!r}\n"
+    )
+    write_package(
+        packages,
+        "pt_failing_locator",
+        "def get_model_path():\n    raise OSError('no weights here')\n",
+    )
+    monkeypatch.syspath_prepend(str(packages))
+    path = write_spec(tmp_path, Path("unused"), "")
+    path.write_text(path.read_text().replace('"unused"', repr(backbone).replace("'", '"')))
+    assert main(["fit", str(path), "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ")
+    assert re.search(message, err[0]) and "model.backbone" in err[0]
+    assert not (tmp_path / "run").exists()
+
+
 # ------------------------------------------------------------------ stochastic attention
 
 
@@ -335,6 +422,49 @@ def test_lora_guides_train_and_leave_the_pretrained_weights_unchanged(tmp_path, 
     frozen = {k for k in saved if k.startswith("backbone.") and ".attn." not in k}
     assert frozen == checked  # every backbone weight but the swapped layer's own
     assert f"{TOP}.attn.centroids" in saved
+
+
+def test_train_backbone_fine_tunes_every_weight_under_bayesian_adapters(tmp_path, backbones):
+    """``train_backbone = true`` with LoRA priors: the backbone's own weights train at
+    ``backbone_lr`` (a group of their own), the swapped layer and the adapters' guide at
+    ``lr``."""
+    from probtrans.inference.train import SVITraining
+    from probtrans.resolve import load_inference_spec
+
+    path = write_spec(
+        tmp_path,
+        backbones["bert"],
+        LORA.replace("[model.swap]", "train_backbone = true\n[model.swap]"),
+    )
+    spec = with_local_backbone(load_model_spec(path))
+    data = load_data(spec.data, spec_folder(spec))
+    classifier = build_classifier(spec, data)
+    pretrained = classifier.pretrained_parameters()
+    names = {id(p): n for n, p in classifier.named_parameters()}
+    pretrained_names = {names[id(p)] for p in pretrained}
+    assert "backbone.encoder.layer.0.attention.self.query.base.weight" in pretrained_names
+    assert "backbone.embeddings.word_embeddings.weight" in pretrained_names
+    assert not any(".attn." in name for name in pretrained_names)  # the swapped layer is new
+    inference = load_inference_spec(tiny_inference(tmp_path / "inference", "mfvi"))
+    inference = inference.model_copy(
+        update={"optim": inference.optim.model_copy(update={"backbone_lr": 1e-4})}
+    )
+    training = SVITraining(classifier, data, inference, seed=0, device="cpu")
+    rates = [group["lr"] for group in training.optimizer.param_groups]
+    assert rates == [inference.optim.lr, 1e-4]
+    assert {id(p) for p in training.optimizer.param_groups[1]["params"]} == {
+        id(p) for p in pretrained
+    }
+    before = classifier.backbone.embeddings.word_embeddings.weight.detach().clone()
+    training.epoch(1, progress=False)
+    assert not torch.equal(before, classifier.backbone.embeddings.word_embeddings.weight)
+
+
+def test_lora_alone_keeps_the_pretrained_weights_frozen(tmp_path, backbones):
+    path = write_spec(tmp_path, backbones["bert"], LORA)
+    spec = with_local_backbone(load_model_spec(path))
+    classifier = build_classifier(spec, load_data(spec.data, spec_folder(spec)))
+    assert classifier.pretrained_parameters() == []
 
 
 def test_a_guide_of_your_own_trains_over_the_adapters_and_the_head(tmp_path, backbones):

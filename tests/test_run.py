@@ -222,6 +222,46 @@ def test_early_stopping_and_kl_annealing(digits):
     assert kl_annealing_at(spec, 50.0) == 1.0
 
 
+def learning_rates(optim: dict, total: int) -> list[float]:
+    from probtrans.inference.train import make_optimizer
+    from probtrans.specs import OptimSpec
+
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer, schedule = make_optimizer(OptimSpec(**optim), [parameter], total)
+    rates = []
+    for _ in range(total):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    return rates
+
+
+def test_a_warm_up_then_linear_decay_is_transformers_schedule():
+    """10 % linear warm-up then linear decay to 0: the factors of transformers'
+    get_linear_schedule_with_warmup, step by step."""
+    from transformers import get_linear_schedule_with_warmup
+
+    total = 50
+    given = learning_rates({"name": "adamw", "lr": 1.0, "schedule": "linear", "warmup": 0.1}, total)
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.AdamW([parameter], lr=1.0)
+    schedule = get_linear_schedule_with_warmup(optimizer, 5, total)
+    expected = []
+    for _ in range(total):
+        expected.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    np.testing.assert_allclose(given, expected, rtol=0, atol=1e-12)
+    assert given[:6] == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
+
+
+def test_cosine_without_warm_up_is_the_half_cosine():
+    total = 20
+    given = learning_rates({"lr": 2.0, "schedule": "cosine"}, total)
+    expected = [2.0 * 0.5 * (1 + math.cos(math.pi * step / total)) for step in range(total)]
+    assert given == pytest.approx(expected)
+
+
 @pytest.mark.parametrize("kind", ["h_sto", "sgpa"])
 def test_bf16_training_runs_the_network_in_bfloat16_and_follows_float32(digits, kind):
     """``[train] precision = "bf16"`` (CPU autocast here): the head's matrix product runs in

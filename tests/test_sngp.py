@@ -90,3 +90,22 @@ def test_sngp_spec_errors_name_the_field(tmp_path):
     bad.write_text(SNGP_MODEL.replace("features = 128", "features = 0"))
     with pytest.raises(ConfigError, match="model.head.features = 0"):
         load_model_spec(bad)
+
+
+def test_the_median_heuristic_is_the_median_pairwise_distance():
+    from scipy.spatial.distance import pdist
+
+    from probtrans.sngp import median_distance
+
+    features = torch.randn(31, 7, generator=torch.Generator().manual_seed(3))
+    assert median_distance(features) == pytest.approx(float(np.median(pdist(features.numpy()))))
+
+
+def test_a_checkpoint_without_the_lengthscale_keeps_the_one_built():
+    """Checkpoints written before ℓ was a buffer load with the ℓ of the spec."""
+    features = RandomFeatures(4, 8, lengthscale=2.5)
+    state = {k: v for k, v in features.state_dict().items() if k != "lengthscale"}
+    rebuilt = RandomFeatures(4, 8, lengthscale=2.5)
+    rebuilt.load_state_dict(state)
+    assert float(rebuilt.lengthscale) == 2.5
+    torch.testing.assert_close(rebuilt.omega, features.omega)

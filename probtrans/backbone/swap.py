@@ -33,6 +33,7 @@ from probtrans.encoder import make_attention
 from probtrans.errors import ConfigError
 from probtrans.pyro_internals import DeepPyroModule
 from probtrans.specs import Spec
+from probtrans.specs.attention import ATTENTION_OPTIONS, head_scaled
 
 #: the name of probtrans's attention function in Hugging Face's registry
 IMPLEMENTATION = "probtrans"
@@ -187,6 +188,11 @@ def swap_blocks(
             f"{field}.attention.kind = {kind!r}: cannot be placed in a backbone: {refusal}"
         )
     heads = attention_heads(config)
+    width = linear(chosen[0].key_map).out_features
+    given = {} if isinstance(attention, str) else attention.model_dump(exclude_unset=True)
+    options_class = ATTENTION_OPTIONS.get(kind, f"{field}.attention.kind")
+    chosen_options = options_class.model_validate({**given, **options, "kind": kind})
+    attention = head_scaled(chosen_options, width // heads)  # unset scales from the heads
     for block in chosen:
         if not uses_attention_registry(block.module):
             raise ConfigError(
@@ -196,7 +202,7 @@ def swap_blocks(
         if LAYER in block.module._modules:
             raise ConfigError(f"{field}: {block.path} already holds a probtrans layer")
         width = linear(block.key_map).out_features
-        layer = make_attention(attention, width, heads, projections=False, **options)
+        layer = make_attention(attention, width, heads, projections=False)
         block.module.add_module(LAYER, layer)
     register_implementation()
     model.set_attn_implementation(IMPLEMENTATION)

@@ -223,21 +223,31 @@ class GlobalRNGState:
 
 
 def make_optimizer(
-    spec: OptimSpec, params: list[torch.nn.Parameter], total_steps: int
+    spec: OptimSpec, params: list[torch.nn.Parameter] | list[dict], total_steps: int
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """Adam or Pyro's ClippedAdam, and a per-step schedule (constant, cosine decay, exponential)."""
+    """Adam, AdamW or Pyro's ClippedAdam over ``params`` (or parameter groups, each with its
+    own ``lr``), and a per-step schedule of every group's rate: a linear warm-up over the first
+    ``warmup`` fraction of ``total_steps``, then constant, cosine or linear decay to 0 over the
+    rest, or exponential."""
     if spec.name == "clipped_adam":
         optimizer = ClippedAdam(
             params, lr=spec.lr, weight_decay=spec.weight_decay, clip_norm=spec.clip_norm
         )
     else:
-        optimizer = torch.optim.Adam(params, lr=spec.lr, weight_decay=spec.weight_decay)
+        kind = torch.optim.AdamW if spec.name == "adamw" else torch.optim.Adam
+        optimizer = kind(params, lr=spec.lr, weight_decay=spec.weight_decay)
+    warmup = int(spec.warmup * total_steps)
 
     def factor(step: int) -> float:
+        if step < warmup:  # from 0, as transformers' get_linear_schedule_with_warmup
+            return step / warmup
+        done = min(step - warmup, total_steps - warmup) / max(total_steps - warmup, 1)
         if spec.schedule == "cosine":
-            return 0.5 * (1.0 + math.cos(math.pi * min(step, total_steps) / total_steps))
+            return 0.5 * (1.0 + math.cos(math.pi * done))
+        if spec.schedule == "linear":
+            return 1.0 - done
         if spec.schedule == "exponential":
-            return spec.gamma**step
+            return spec.gamma ** (step - warmup)
         return 1.0
 
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
@@ -354,8 +364,13 @@ class SVITraining:
             self.step_loss = self.data_parallel(guide_params)
         self.steps_per_epoch = math.ceil(n_train / spec.train.batch_size)
         params = [*classifier.parameters(), *guide_params.values()]
+        pretrained = classifier.pretrained_parameters() if spec.optim.backbone_lr else []
+        apart = {id(p) for p in pretrained}  # their own rate
+        groups = [{"params": [p for p in params if id(p) not in apart]}]
+        if pretrained:
+            groups.append({"params": pretrained, "lr": spec.optim.backbone_lr})
         total = spec.train.epochs * self.steps_per_epoch
-        self.optimizer, self.schedule = make_optimizer(spec.optim, params, total)
+        self.optimizer, self.schedule = make_optimizer(spec.optim, groups, total)
         self.generator = torch.Generator().manual_seed(seed)
 
     def data_parallel(self, guide_params: dict[str, Tensor]) -> DistributedDataParallel:

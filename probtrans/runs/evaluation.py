@@ -63,7 +63,7 @@ from probtrans.runs.run import Run, load_run
 from probtrans.specs.base import check_seed
 from probtrans.specs.inference import AUTOMATIC_LOO_SAMPLES, PredictiveSpec
 from probtrans.specs.model import OodSetSpec
-from probtrans.summary import ood_sets, summarise
+from probtrans.summary import CONSTANT_NOTE, constant_note, ood_sets, summarise
 from probtrans.test_time import Adaptation, Options, adaptation_options, adapted_predictive
 
 Draws = dict[str, torch.Tensor]  # site → (S, ...)
@@ -291,6 +291,12 @@ def evaluate(
         given = given_scores(energy.get(variant), feature)
         variant_scores = summarise(probs[variant], labels, given)
         scores.update({f"{variant}.{k}": v for k, v in variant_scores.items()})
+    for variant, by_split in sorted(probs.items()):
+        note = constant_note(by_split, run.data.class_names)
+        if note is not None:
+            which = "" if variant == "plain" else f"{variant}."
+            scores[which + CONSTANT_NOTE] = note
+            print(f"warning: {run.path}: {which.rstrip('.') or 'the run'}: {note}", file=sys.stderr)
     scores["posterior_samples"] = samples
     scores["ood_score"] = run.inference_spec.predictive.ood_score  # the one shown first
     scores["adaptation"] = None if adapt is None else dataclasses.asdict(adapt)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Iterator
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import Discriminator, Tag
 
@@ -102,6 +102,20 @@ def follow_kinds() -> None:
         rebuild(cls)
 
 
+def head_scaled(options: Spec, d_head: int) -> Spec:
+    """``options`` for a layer swapped into a pretrained backbone with heads of ``d_head``
+    dimensions: each option of the class's ``head_scaled`` that the user did not set becomes
+    d_head ** exponent (a temperature √d_head, a length scale d_head^¼), the scale of the
+    backbone's pretrained logits q·k / √d_head."""
+    scaled = getattr(type(options), "head_scaled", {})
+    update = {
+        name: float(d_head) ** exponent
+        for name, exponent in scaled.items()
+        if name not in options.model_fields_set
+    }
+    return options.model_copy(update=update) if update else options
+
+
 def attention_kind(options: type[Spec]) -> type[Spec]:
     """Register the options class ``options`` under its ``kind`` (a class decorator) and let
     every attention table choose it (:func:`follow_kinds`)."""
@@ -127,7 +141,11 @@ class StochasticOptions(Spec):
 
     kind: Literal["sto"] = "sto"
     tau: Positive = 1.0
-    """Temperature of the relaxed attention over values (no 1/√d scaling: τ absorbs it)."""
+    """Temperature of the relaxed attention over values (no 1/√d scaling: τ absorbs it).
+    Swapped into a pretrained backbone, unset: √d_head, the backbone's own softmax scale."""
+    #: options that, unset in a swapped backbone block, are d_head ** exponent
+    #: (:func:`head_scaled`): the scale at which the pretrained logits were trained
+    head_scaled: ClassVar[dict[str, float]] = {"tau": 0.5}
     hard: bool = False
     """Straight-through one-hot samples (the authors' CoLA setting)."""
     dropout: Rate = 0.0
@@ -141,9 +159,10 @@ class HierarchicalOptions(Spec):
 
     kind: Literal["h_sto"] = "h_sto"
     tau1: Positive = 1.0
-    """Temperature of the attention of keys over centroids."""
+    """Temperature of the attention of keys over centroids (in a backbone, unset: √d_head)."""
     tau2: Positive = 1.0
-    """Temperature of the attention of queries over values."""
+    """Temperature of the attention of queries over values (in a backbone, unset: √d_head)."""
+    head_scaled: ClassVar[dict[str, float]] = {"tau1": 0.5, "tau2": 0.5}
     n_centroids: PositiveInt = 2
     centroids: Literal["layer", "head"] = "layer"
     """One centroid matrix per layer shared by the heads (the authors' code), or per head."""
@@ -165,7 +184,9 @@ class SGPAOptions(Spec):
     lengthscale: Positive = 8.0
     """Initial length scales ℓ_i. The default (the digits and CIFAR-10 specs') is a smooth
     kernel over layer-normalised tokens; the authors' text setting, with the exponential
-    kernel, is ℓ = 54.6."""
+    kernel, is ℓ = 54.6. Swapped into a pretrained backbone, unset: d_head ** 0.25, so that
+    ℓ² = √d_head and exp(q·k / ℓ²) is the backbone's own softmax logit."""
+    head_scaled: ClassVar[dict[str, float]] = {"lengthscale": 0.25}
     outputscale: Positive = 0.1
     """Initial signal variance σ_f²: small, so the layer's noise starts small next to the
     residual stream (the authors' text setting: 0.0183). At σ_f² = 1 with the exponential

@@ -55,12 +55,25 @@ class ElboSpec(Spec):
 class OptimSpec(Spec):
     """``[optim]``: optimiser and learning-rate schedule."""
 
-    name: Literal["adam", "clipped_adam"] = "adam"
+    name: Literal["adam", "adamw", "clipped_adam"] = "adam"
+    """Adam (``weight_decay`` as an L2 term of the gradient), AdamW (decoupled weight decay,
+    Loshchilov & Hutter 2019; the optimiser of ``transformers`` fine-tuning) or Pyro's
+    ClippedAdam."""
     lr: Positive = 1e-3
+    backbone_lr: Positive | None = None
+    """The learning rate of a pretrained backbone's own weights where they train
+    (``model.train_backbone``); unset: ``lr``. Everything new (head, adapters, swapped layers,
+    the guide's parameters) trains at ``lr``: e.g. 5e-5 for the backbone, as ``transformers``
+    fine-tuning, and 1e-3 for adapters."""
     weight_decay: NonNegative = 0.0
     clip_norm: Positive = 10.0
     """clipped_adam: gradient norm bound."""
-    schedule: Literal["constant", "cosine", "exponential"] = "constant"
+    schedule: Literal["constant", "cosine", "linear", "exponential"] = "constant"
+    """The learning rate's decay over the fit's steps after the warm-up: none, cosine or linear
+    to 0, or a factor ``gamma`` per step."""
+    warmup: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    """The fraction of the fit's steps over which the learning rate rises linearly from 0
+    (0.1 with ``schedule = "linear"`` is ``transformers``' usual fine-tuning schedule)."""
     gamma: Annotated[float, Field(gt=0, le=1)] = 0.999
     """exponential schedule: learning-rate factor per step (a decay: at most 1)."""
 

@@ -147,8 +147,10 @@ class HeadSpec(Spec):
     kind: Literal["linear", "random_features"] = "linear"
     features: PositiveInt = 1024
     """random_features: M, the number of random Fourier features."""
-    lengthscale: Positive = 1.0
-    """random_features: the RBF kernel's length scale ℓ."""
+    lengthscale: Positive | None = None
+    """random_features: the RBF kernel's length scale ℓ. Unset: with a ``model.backbone``, the
+    median distance between the pooled pretrained features of 64 training examples (the
+    median heuristic: a length scale at the features' own scale); else 1."""
 
 
 class SwapSpec(Spec):
@@ -176,15 +178,23 @@ class NetworkSpec(Spec):
     spec's folder). Its tokenizer reads the texts; its sizes replace the ones below."""
     swap: SwapSpec | None = None
     """With a backbone: its blocks whose attention becomes a probtrans kind (default none)."""
+    train_backbone: bool | None = None
+    """With a backbone: whether its pretrained weights train too (point estimates, at
+    ``[optim] backbone_lr``), beside the head, the adapters and the swapped layers' own
+    parameters. Unset: frozen under ``prior.weights = "lora"`` (the adapters alone, as LoRA),
+    trained otherwise (full fine-tuning). ``true`` with ``"lora"``: full fine-tuning with Bayesian
+    adapters on top; ``false`` with ``"last_layer"``: a Bayesian head on frozen features."""
 
     d_model: PositiveInt = 64
     n_heads: PositiveInt = 4
     n_layers: PositiveInt = 2
     d_ff: PositiveInt = 128
     norm: Literal["pre", "post"] = "pre"
-    pooling: Literal["mean", "first", "cls"] = "mean"
+    pooling: Literal["mean", "first", "cls", "pooler"] = "mean"
     """``mean`` over real tokens, or the first token (``first`` or ``cls``): a learned [CLS]
-    token for a network trained here, the backbone's own first token ([CLS], ``<s>``)."""
+    token for a network trained here, the backbone's own first token ([CLS], ``<s>``);
+    ``pooler``: a backbone's own pooler (BERT's tanh layer over [CLS], as
+    ``AutoModelForSequenceClassification`` reads it)."""
     dropout: Rate = 0.1
     max_positions: PositiveInt = 512
     """Learned positions of token inputs: the longest sequence the network takes."""
@@ -213,9 +223,16 @@ class NetworkSpec(Spec):
                     else ("spectral_norm", self.spectral_norm)
                 )
                 raise rule(field, value, "not with a model.backbone (use prior.weights = 'lora')")
-        elif self.swap is not None or self.prior.weights == "lora":
-            field, value = ("swap", "…") if self.swap is not None else ("prior.weights", "lora")
-            raise rule(field, value, "needs model.backbone (a pretrained model)")
+        else:
+            needs_backbone = {
+                "swap": "…" if self.swap is not None else None,
+                "pooling": "pooler" if self.pooling == "pooler" else None,
+                "train_backbone": self.train_backbone,
+                "prior.weights": "lora" if self.prior.weights == "lora" else None,
+            }
+            given = [(field, value) for field, value in needs_backbone.items() if value is not None]
+            if given:
+                raise rule(*given[0], "needs model.backbone (a pretrained model)")
         if self.spectral_norm and self.prior.weights == "all":
             raise rule(
                 "spectral_norm",
