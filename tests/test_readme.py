@@ -25,7 +25,7 @@ def test_the_readme_has_python_blocks_and_says_which_need_a_network():
     blocks = python_blocks()
     assert len(blocks) >= 6
     offline = [b for b in blocks if not b.startswith(NEEDS_NETWORK)]
-    assert len(blocks) - len(offline) == 1  # the pretrained BERT one
+    assert len(blocks) == len(offline)  # the pretrained model is all-MiniLM-L6-v2, from PyPI
 
 
 def test_every_readme_python_block_runs_in_order(tmp_path):

@@ -33,7 +33,7 @@ from probtrans.encoder import make_attention
 from probtrans.errors import ConfigError
 from probtrans.pyro_internals import DeepPyroModule
 from probtrans.specs import Spec
-from probtrans.specs.attention import ATTENTION_OPTIONS, head_scaled
+from probtrans.specs.attention import ATTENTION_OPTIONS, in_backbone
 
 #: the name of probtrans's attention function in Hugging Face's registry
 IMPLEMENTATION = "probtrans"
@@ -192,7 +192,7 @@ def swap_blocks(
     given = {} if isinstance(attention, str) else attention.model_dump(exclude_unset=True)
     options_class = ATTENTION_OPTIONS.get(kind, f"{field}.attention.kind")
     chosen_options = options_class.model_validate({**given, **options, "kind": kind})
-    attention = head_scaled(chosen_options, width // heads)  # unset scales from the heads
+    attention = in_backbone(chosen_options, width // heads)  # unset: the backbone's scales
     for block in chosen:
         if not uses_attention_registry(block.module):
             raise ConfigError(

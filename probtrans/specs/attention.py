@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Iterator
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import Discriminator, Tag
 
@@ -102,15 +102,24 @@ def follow_kinds() -> None:
         rebuild(cls)
 
 
-def head_scaled(options: Spec, d_head: int) -> Spec:
-    """``options`` for a layer swapped into a pretrained backbone with heads of ``d_head``
-    dimensions: each option of the class's ``head_scaled`` that the user did not set becomes
-    d_head ** exponent (a temperature √d_head, a length scale d_head^¼), the scale of the
-    backbone's pretrained logits q·k / √d_head."""
-    scaled = getattr(type(options), "head_scaled", {})
+#: SGPA's initial σ_f² in a pretrained backbone: its amortised KL grows about linearly with σ_f²
+#: (all-MiniLM-L6-v2, top two blocks, CoLA: 4,878 nats per sentence at σ_f² = 1, 314 at 0.1,
+#: 55 at 0.0183, 3 at 0.001), beside a likelihood of 0.7 nats; from 0.0183 up the KL drowns
+#: the labels and the classifier learns to predict the majority class
+BACKBONE_OUTPUTSCALE = 1e-3
+
+
+def in_backbone(options: Spec, d_head: int) -> Spec:
+    """``options`` for a layer swapped into a pretrained backbone whose heads have ``d_head``
+    dimensions: every option of the kind's ``backbone_defaults`` that the user did not set takes
+    that value (temperatures √d_head and length scales d_head^¼: the scale of the backbone's own
+    logits q·k / √d_head)."""
+    defaults = getattr(type(options), "backbone_defaults", None)
+    if defaults is None:
+        return options
     update = {
-        name: float(d_head) ** exponent
-        for name, exponent in scaled.items()
+        name: value
+        for name, value in defaults(d_head).items()
         if name not in options.model_fields_set
     }
     return options.model_copy(update=update) if update else options
@@ -143,9 +152,13 @@ class StochasticOptions(Spec):
     tau: Positive = 1.0
     """Temperature of the relaxed attention over values (no 1/√d scaling: τ absorbs it).
     Swapped into a pretrained backbone, unset: √d_head, the backbone's own softmax scale."""
-    #: options that, unset in a swapped backbone block, are d_head ** exponent
-    #: (:func:`head_scaled`): the scale at which the pretrained logits were trained
-    head_scaled: ClassVar[dict[str, float]] = {"tau": 0.5}
+
+    @staticmethod
+    def backbone_defaults(d_head: int) -> dict[str, float]:
+        """The options that, unset, a block swapped into a pretrained backbone with heads of
+        ``d_head`` dimensions takes (:func:`in_backbone`)."""
+        return {"tau": d_head**0.5}
+
     hard: bool = False
     """Straight-through one-hot samples (the authors' CoLA setting)."""
     dropout: Rate = 0.0
@@ -162,7 +175,11 @@ class HierarchicalOptions(Spec):
     """Temperature of the attention of keys over centroids (in a backbone, unset: √d_head)."""
     tau2: Positive = 1.0
     """Temperature of the attention of queries over values (in a backbone, unset: √d_head)."""
-    head_scaled: ClassVar[dict[str, float]] = {"tau1": 0.5, "tau2": 0.5}
+
+    @staticmethod
+    def backbone_defaults(d_head: int) -> dict[str, float]:
+        return {"tau1": d_head**0.5, "tau2": d_head**0.5}
+
     n_centroids: PositiveInt = 2
     centroids: Literal["layer", "head"] = "layer"
     """One centroid matrix per layer shared by the heads (the authors' code), or per head."""
@@ -186,15 +203,19 @@ class SGPAOptions(Spec):
     kernel over layer-normalised tokens; the authors' text setting, with the exponential
     kernel, is ℓ = 54.6. Swapped into a pretrained backbone, unset: d_head ** 0.25, so that
     ℓ² = √d_head and exp(q·k / ℓ²) is the backbone's own softmax logit."""
-    head_scaled: ClassVar[dict[str, float]] = {"lengthscale": 0.25}
     outputscale: Positive = 0.1
     """Initial signal variance σ_f²: small, so the layer's noise starts small next to the
     residual stream (the authors' text setting: 0.0183). At σ_f² = 1 with the exponential
-    kernel at ℓ = 1 the amortised KL of a new layer is thousands of nats per example."""
+    kernel at ℓ = 1 the amortised KL of a new layer is thousands of nats per example.
+    Swapped into a pretrained backbone, unset: :data:`BACKBONE_OUTPUTSCALE`."""
     jitter: Positive = 1e-6
     """Added to K_gg's diagonal; ten times more after every failed Cholesky."""
     sampling: Literal["marginal", "full"] = "marginal"
     """F | u_g per token (the authors'), or jointly over tokens."""
+
+    @staticmethod
+    def backbone_defaults(d_head: int) -> dict[str, float]:
+        return {"lengthscale": d_head**0.25, "outputscale": BACKBONE_OUTPUTSCALE}
 
 
 @attention_kind
