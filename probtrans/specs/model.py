@@ -222,7 +222,13 @@ class NetworkSpec(Spec):
                     if self.prior.weights == "all"
                     else ("spectral_norm", self.spectral_norm)
                 )
-                raise rule(field, value, "not with a model.backbone (use prior.weights = 'lora')")
+                raise rule(
+                    field,
+                    value,
+                    "not with a model.backbone (use prior.weights = 'last_layer' to fine-tune it "
+                    "under a Bayesian head, or 'lora' for Bayesian adapters, with "
+                    "model.train_backbone = true to fine-tune it under them)",
+                )
         else:
             needs_backbone = {
                 "swap": "…" if self.swap is not None else None,
