@@ -45,6 +45,18 @@ def spec_path(path: str) -> Path:
     return in_checkout if in_checkout.exists() else given
 
 
+def warn_constant(scores: dict) -> None:
+    """A ``warning:`` line for each predictive of the run that gives one class to every
+    validation example (``metrics.json``'s ``constant_note``, per post-hoc variant)."""
+    from probtrans.report import variants
+    from probtrans.summary import CONSTANT_NOTE
+
+    for variant in ["", *variants(scores)]:
+        note = scores.get(f"{variant}.{CONSTANT_NOTE}" if variant else CONSTANT_NOTE)
+        if note:
+            print(f"warning: the {variant or 'plain'} predictive: {note}", file=sys.stderr)
+
+
 def print_metrics(scores: dict) -> None:
     """The headline in-domain metrics (:func:`probtrans.summary.headline`; a key the run lacks,
     ``disagreement`` of one sample, gets no row) of the plain, temperature-scaled and post-hoc
@@ -107,6 +119,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     seconds = read_timing(out)["train_seconds"]
     print(f"run written to {out}/ (metrics.json, predictive.nc, report.png, checkpoint.pt)")
     print(f"trained in {seconds:.1f} s (timing.json)")
+    warn_constant(run.metrics)
     return 0
 
 
@@ -142,6 +155,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(
         f"re-evaluated {args.run_dir} with {scores['posterior_samples']} posterior samples{adapted}"
     )
+    warn_constant(scores)
     return 0
 
 

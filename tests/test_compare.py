@@ -238,3 +238,13 @@ def test_shipped_presets_name_valid_specs_and_variants(preset):
     comparison = load_preset(preset)
     check_methods(comparison)  # raises on a bad spec or a variant the inference spec lacks
     assert comparison.method and all(Path(m.model).is_file() for m in comparison.method)
+
+
+def test_the_table_warns_of_a_method_that_predicts_one_class(tmp_path):
+    from probtrans.compare import markdown
+
+    comparison = load_preset(ROOT / "results" / "presets" / "minilm_cola.toml")
+    rows = [{"method": "SGPA (top 2 blocks)", "seeds": "1"}]
+    text = markdown(rows, comparison, {"SGPA (top 2 blocks)": "every one of the 908 … 'x'"})
+    assert "**Warning**: SGPA (top 2 blocks): every one of the 908 … 'x'." in text
+    assert "**Warning**" not in markdown(rows, comparison)

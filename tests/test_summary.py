@@ -136,3 +136,28 @@ def test_headline_keys_are_metrics_json_keys():
     probs, labels = predictive()
     assert set(summary.headline()) <= set(summary.summarise(probs, labels))
     assert summary.headline()[-1] == "test_elpd"
+
+
+def test_a_predictive_that_gives_one_class_to_the_whole_validation_split_gets_a_note():
+    rng = np.random.default_rng(0)
+    draws = rng.dirichlet([1, 1, 1], size=(4, 50))  # (S, N, C)
+    constant = draws.copy()
+    constant[..., 2] += 5.0  # class 2 the most probable everywhere, on average over draws
+    constant /= constant.sum(-1, keepdims=True)
+    note = summary.constant_note({"val": constant, "test": draws}, ["a", "b", "c"])
+    assert note is not None and "50 validation examples is predicted 'c'" in note
+    assert summary.constant_note({"val": constant}, []).count("class 2") == 1
+    assert summary.constant_note({"val": draws, "test": constant}, ["a", "b", "c"]) is None
+    one_draw_differs = constant.copy()
+    one_draw_differs[0, 0] = [1.0, 0.0, 0.0]  # averaged over the draws: still class 2
+    assert summary.constant_note({"val": one_draw_differs}, []) is not None
+
+
+def test_fit_and_evaluate_end_with_a_warning_for_each_constant_predictive(capsys):
+    from probtrans.cli import warn_constant
+
+    note = "every one of the 9 validation examples is predicted 'x'"
+    warn_constant({"accuracy": 0.5, "mc_dropout.accuracy": 0.5, "mc_dropout.constant_note": note})
+    assert capsys.readouterr().err == f"warning: the mc_dropout predictive: {note}\n"
+    warn_constant({"accuracy": 0.5, "constant_note": note})
+    assert capsys.readouterr().err == f"warning: the plain predictive: {note}\n"

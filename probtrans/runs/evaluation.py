@@ -291,12 +291,10 @@ def evaluate(
         given = given_scores(energy.get(variant), feature)
         variant_scores = summarise(probs[variant], labels, given)
         scores.update({f"{variant}.{k}": v for k, v in variant_scores.items()})
-    for variant, by_split in sorted(probs.items()):
+    for variant, by_split in sorted(probs.items()):  # the command warns of them at its end
         note = constant_note(by_split, run.data.class_names)
         if note is not None:
-            which = "" if variant == "plain" else f"{variant}."
-            scores[which + CONSTANT_NOTE] = note
-            print(f"warning: {run.path}: {which.rstrip('.') or 'the run'}: {note}", file=sys.stderr)
+            scores[CONSTANT_NOTE if variant == "plain" else f"{variant}.{CONSTANT_NOTE}"] = note
     scores["posterior_samples"] = samples
     scores["ood_score"] = run.inference_spec.predictive.ood_score  # the one shown first
     scores["adaptation"] = None if adapt is None else dataclasses.asdict(adapt)
