@@ -429,6 +429,17 @@ def test_describe_lists_the_adapter_sites_and_the_head(tmp_path, backbones):
     assert rows[f"{TOP}.attn.a_v"]["role"] == "local (per example)"
 
 
+@pytest.mark.parametrize("family", TEXT_FAMILIES)
+def test_all_linear_adapts_every_linear_map_of_any_family(backbones, family):
+    from probtrans.backbone.lora import LoRALinear, add_lora
+
+    model = pretrained(backbones[family])
+    linear = [p for p, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    adapters = add_lora(model, ["all-linear"], r=2, alpha=4)
+    assert sorted(adapters) == sorted(linear) and len(linear) >= 6
+    assert all(isinstance(model.get_submodule(path), LoRALinear) for path in linear)
+
+
 @pytest.mark.parametrize("guide", ["map", "mfvi", "lowrank"])
 def test_lora_guides_train_and_leave_the_pretrained_weights_unchanged(tmp_path, backbones, guide):
     folder = backbones["bert"]

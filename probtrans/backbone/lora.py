@@ -21,6 +21,8 @@ from probtrans.errors import ConfigError
 
 #: the attributes of an adapter that carry its low-rank factors
 FACTORS = ("lora_a", "lora_b")
+#: the ``targets`` entry that adapts every linear map of the backbone (as PEFT's "all-linear")
+ALL_LINEAR = "all-linear"
 
 
 class LoRALinear(PyroModule):
@@ -43,14 +45,14 @@ def add_lora(
     model: nn.Module, targets: list[str], r: int, alpha: float, field: str = "model.prior.lora"
 ) -> dict[str, LoRALinear]:
     """Replace (in place) every ``nn.Linear`` of ``model`` whose name is one of ``targets`` (or
-    whose path ends with one) by a :class:`LoRALinear` around it; returns path → adapter.
-    Targets that match no linear map are refused."""
+    whose path ends with one; :data:`ALL_LINEAR`: every one) by a :class:`LoRALinear` around it;
+    returns path → adapter. Targets that match no linear map are refused."""
     adapters: dict[str, LoRALinear] = {}
     matched: set[str] = set()
     for path, module in list(model.named_modules()):
         if not isinstance(module, nn.Linear) or not path:
             continue
-        hits = [t for t in targets if path == t or path.endswith("." + t)]
+        hits = [t for t in targets if t == ALL_LINEAR or path == t or path.endswith("." + t)]
         if not hits:
             continue
         matched.update(hits)
