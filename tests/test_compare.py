@@ -248,3 +248,22 @@ def test_the_table_warns_of_a_method_that_predicts_one_class(tmp_path):
     text = markdown(rows, comparison, {"SGPA (top 2 blocks)": "every one of the 908 … 'x'"})
     assert "**Warning**: SGPA (top 2 blocks): every one of the 908 … 'x'." in text
     assert "**Warning**" not in markdown(rows, comparison)
+
+
+def test_a_network_without_random_sites_keeps_the_draws_its_metrics_name(tmp_path):
+    """No prior and softmax attention: every draw is the same predictive; probs.npz keeps the
+    S draws metrics.json names, so that compare reads the run (it refused it as two
+    evaluations when one draw was kept)."""
+    from probtrans.runs import fit
+    from probtrans.runs.kept import check_samples, read_probs
+    from tests.conftest import TINY_MODEL
+
+    model = tmp_path / "model.toml"
+    model.write_text(TINY_MODEL[: TINY_MODEL.index("[model.attention]")])  # softmax, no prior
+    assert "prior" not in model.read_text() and "attention" not in model.read_text()
+    run = fit(model, tiny_inference(tmp_path, "map"), out=tmp_path / "run", progress=False)
+    metrics = json.loads((run.path / "metrics.json").read_text())
+    kept = read_probs(run.path / "probs.npz").probs
+    check_samples(run.path, metrics, kept)
+    assert kept["plain"]["test"].shape[0] == metrics["posterior_samples"] == 4
+    np.testing.assert_array_equal(kept["plain"]["test"], kept["plain"]["test"][:1].repeat(4, 0))

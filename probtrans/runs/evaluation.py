@@ -78,6 +78,7 @@ def loo_draws(spec: PredictiveSpec) -> int:
 def split_predictives(
     run: Run,
     draws: Draws,
+    samples: int,
     device: str = "cpu",
     seed: int = 0,
     progress: bool = False,
@@ -85,11 +86,11 @@ def split_predictives(
 ) -> tuple[Probs, Energy, dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
     """The plain posterior predictive and the spec's post-hoc variants on the run's own splits
     (:func:`probtrans.inference.posthoc.posterior_predictives`, with the pooled features where
-    they are needed) from the S posterior ``draws``; the local randomness (attention, dropout)
-    is seeded with ``seed`` first, so it is the same whether the draws come from the guide or
-    the checkpoint. ``adapt``: each batch predicted after a test-time adaptation to it
-    (:mod:`probtrans.test_time`)."""
-    samples = min((len(value) for value in draws.values()), default=1)
+    they are needed) from the S = ``samples`` posterior ``draws`` (for a network without global
+    sites: S draws of its local randomness, S equal ones without any); the local randomness
+    (attention, dropout) is seeded with ``seed`` first, so it is the same whether the draws come
+    from the guide or the checkpoint. ``adapt``: each batch predicted after a test-time
+    adaptation to it (:mod:`probtrans.test_time`)."""
     pyro.set_rng_seed(seed)
     spec = run.inference_spec.predictive
     predictive = sample_predictive if adapt is None else adapted(adapt)
@@ -282,7 +283,9 @@ def evaluate(
     draws = run.posterior_samples(wanted, seed)  # the only draw of the posterior
     weights_vary = not is_point_mass(draws)  # else the S draws differ by attention alone
     first = {name: value[:samples] for name, value in draws.items()}
-    probs, energy, plain, features = split_predictives(run, first, device, seed, progress, adapt)
+    probs, energy, plain, features = split_predictives(
+        run, first, samples, device, seed, progress, adapt
+    )
     density = fit_feature_density(run, first, device, seed, progress)
     feature = split_feature_scores(density, features)
     labels = split_labels(run.data)
