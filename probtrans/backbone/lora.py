@@ -1,6 +1,7 @@
 """Low-rank adapters of a backbone's linear maps (LoRA; Hu et al. 2022, Eq. 3).
 
-An adapted map is h = W x + b + (α / r) B A x with the pretrained W, b frozen, A (r, d_in) and
+An adapted map is h = W x + b + (α / r) B A x with the pretrained W, b (frozen unless
+``model.train_backbone``), A (r, d_in) and
 B (d_out, r); B starts at zero, so the adapted model starts as the pretrained one, and A as in
 the LoRA paper (Kaiming-uniform). :class:`LoRALinear` is a ``PyroModule``: with ``[model.prior]
 weights = "lora"`` its ``lora_a`` and ``lora_b`` become ``PyroSample`` sites with Normal priors
@@ -26,7 +27,8 @@ ALL_LINEAR = "all-linear"
 
 
 class LoRALinear(PyroModule):
-    """``base`` (an ``nn.Linear``, kept frozen) plus the low-rank update (α / r) B A."""
+    """``base`` (an ``nn.Linear``: frozen with the backbone, or trained under
+    ``model.train_backbone``) plus the low-rank update (α / r) B A."""
 
     def __init__(self, base: nn.Linear, r: int, alpha: float) -> None:
         super().__init__()
