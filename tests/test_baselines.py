@@ -129,10 +129,10 @@ def test_last_layer_laplace_runs_on_a_trained_run(tiny_run, device):
     run.data.train = type(train)(train.inputs[:0], train.labels[:0])
     run.inference_spec.predictive.posthoc = ["laplace", "mc_dropout"]
     with pytest.raises(ProbtransError, match="no training split"):
-        split_predictives(run, run.posterior_samples(3))
+        split_predictives(run, run.posterior_samples(3), 3)
     run = load_run(tiny_run, device, data=load_data(run.model_spec.data))
     run.inference_spec.predictive.posthoc = ["laplace", "mc_dropout"]
-    probs, energy, _, _ = split_predictives(run, run.posterior_samples(3), device)
+    probs, energy, _, _ = split_predictives(run, run.posterior_samples(3), 3, device)
     assert set(probs) == {"plain", "laplace", "mc_dropout"}
     assert set(energy) == {"plain", "mc_dropout"}  # the Laplace predictive has no logits
     for variant in probs.values():

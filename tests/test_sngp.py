@@ -74,7 +74,7 @@ def test_sngp_run_uses_the_prior_precision_and_bounded_encoder(tmp_path, monkeyp
 
     monkeypatch.setattr(LastLayerLaplace, "fit_prior_precision", refuse)
     run = load_run(tmp_path / "run", device)  # u, v buffers and the feature map come back
-    probs, _, _, _ = split_predictives(run, run.posterior_samples(3), device)
+    probs, _, _, _ = split_predictives(run, run.posterior_samples(3), 3, device)
     assert probs["laplace"]["test"].shape == (3, len(run.data.test), run.data.n_classes)
     assert run.classifier.head.in_features == 128
     for module in run.classifier.encoder.layers.modules():
