@@ -152,17 +152,16 @@ class StochasticOptions(Spec):
     tau: Positive = 1.0
     """Temperature of the relaxed attention over values (no 1/√d scaling: τ absorbs it).
     Swapped into a pretrained backbone, unset: √d_head, the backbone's own softmax scale."""
+    hard: bool = False
+    """Straight-through one-hot samples (the authors' CoLA setting)."""
+    dropout: Rate = 0.0
+    """Dropout on the sampled attention weights."""
 
     @staticmethod
     def backbone_defaults(d_head: int) -> dict[str, float]:
         """The options that, unset, a block swapped into a pretrained backbone with heads of
         ``d_head`` dimensions takes (:func:`in_backbone`)."""
         return {"tau": d_head**0.5}
-
-    hard: bool = False
-    """Straight-through one-hot samples (the authors' CoLA setting)."""
-    dropout: Rate = 0.0
-    """Dropout on the sampled attention weights."""
 
 
 @attention_kind
@@ -175,11 +174,6 @@ class HierarchicalOptions(Spec):
     """Temperature of the attention of keys over centroids (in a backbone, unset: √d_head)."""
     tau2: Positive = 1.0
     """Temperature of the attention of queries over values (in a backbone, unset: √d_head)."""
-
-    @staticmethod
-    def backbone_defaults(d_head: int) -> dict[str, float]:
-        return {"tau1": d_head**0.5, "tau2": d_head**0.5}
-
     n_centroids: PositiveInt = 2
     centroids: Literal["layer", "head"] = "layer"
     """One centroid matrix per layer shared by the heads (the authors' code), or per head."""
@@ -187,6 +181,10 @@ class HierarchicalOptions(Spec):
     """Straight-through one-hot samples at both levels."""
     dropout: Rate = 0.0
     """Dropout on the sampled value attention."""
+
+    @staticmethod
+    def backbone_defaults(d_head: int) -> dict[str, float]:
+        return {"tau1": d_head**0.5, "tau2": d_head**0.5}
 
 
 @attention_kind
