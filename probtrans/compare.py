@@ -377,16 +377,18 @@ def rank_by_elpd(rows: list[dict[str, str]], tests: list[tuple[np.ndarray, np.nd
         )
 
 
-def table_rows(comparison: Comparison, folders: Folders) -> list[dict[str, str]]:
-    """One row per method, from its runs' ``folders``: in-domain metrics, the held-out ELPD and
-    its rank, PSIS-LOO (:func:`loo_columns`), then per out-of-domain set its ``id_metric``
-    (labelled sets) and the AUROC and AUPR of the comparison's ``ood_score``."""
+def table_rows(
+    comparison: Comparison, folders: Folders, methods: dict[str, list[Instance]]
+) -> list[dict[str, str]]:
+    """One row per method, from its predictives (``methods``, :func:`method_instances`) and its
+    runs' ``folders``: in-domain metrics, the held-out ELPD and its rank, PSIS-LOO
+    (:func:`loo_columns`), then per out-of-domain set its ``id_metric`` (labelled sets) and the
+    AUROC and AUPR of the comparison's ``ood_score``."""
     rows, tests = [], []
     metric, score = comparison.id_metric, comparison.ood_score
     shown = METRICS.get(metric, f"{comparison.file}: id_metric")
     for method in comparison.method:
-        runs = folders[method.name]
-        instances = method_probs(method, runs)
+        runs, instances = folders[method.name], methods[method.name]
         scores = [summarise(r.probs, r.labels, r.given) for r in instances]
         row = {"method": method.name, "seeds": str(len(runs))}
         row[f"ID {metric} ({shown.unit})"] = mean_std([s[metric] for s in scores], shown.scale)
@@ -416,16 +418,22 @@ def table_rows(comparison: Comparison, folders: Folders) -> list[dict[str, str]]
     return rows
 
 
-def constant_methods(comparison: Comparison, folders: Folders) -> dict[str, str]:
+def method_instances(comparison: Comparison, folders: Folders) -> dict[str, list[Instance]]:
+    """method → its predictives (:func:`method_probs`), read once for the table, the notes and
+    the figure."""
+    return {method.name: method_probs(method, folders[method.name]) for method in comparison.method}
+
+
+def constant_methods(methods: dict[str, list[Instance]]) -> dict[str, str]:
     """method → the note of its first seed (or ensemble) whose predictive gives one class to
     every validation example (:func:`probtrans.summary.constant_note`); methods that learned
     are left out."""
     notes = {}
-    for method in comparison.method:
-        for instance in method_probs(method, folders[method.name]):
+    for name, instances in methods.items():
+        for instance in instances:
             note = constant_note(instance.probs, [])
             if note is not None:
-                notes[method.name] = note
+                notes[name] = note
                 break
     return notes
 
@@ -470,13 +478,11 @@ def markdown(
     return "\n".join(lines) + "\n"
 
 
-def figure(comparison: Comparison, folders: Folders) -> Figure:
+def figure(comparison: Comparison, methods: dict[str, list[Instance]]) -> Figure:
     """Every method overlaid, one panel per question (:func:`probtrans.figures.comparison_figure`):
     reliability, risk–coverage and OOD ROC of each method's first seed (or its ensemble), and
-    the table's headline metrics as mean ± std over seeds; from the runs' ``folders``."""
-    methods = {
-        method.name: method_probs(method, folders[method.name]) for method in comparison.method
-    }
+    the table's headline metrics as mean ± std over seeds; from their predictives
+    (:func:`method_instances`)."""
     return figures.comparison_figure(
         comparison.title, methods, comparison.id_metric, comparison.ood_score
     )
@@ -509,8 +515,9 @@ def write_results(
     """``OUT/table.md``, ``OUT/table.csv`` and ``OUT/figure.png`` of the finished runs in
     ``folders``, and ``OUT/comparison.json``, by which compare knows the folder as its own;
     returns the table's rows, the Markdown table and the figure."""
-    rows = table_rows(comparison, folders)
-    constant = constant_methods(comparison, folders)
+    predictives = method_instances(comparison, folders)
+    rows = table_rows(comparison, folders, predictives)
+    constant = constant_methods(predictives)
     for name, note in constant.items():
         print(f"warning: {name}: {note}", file=sys.stderr)
     text = markdown(rows, comparison, constant)
@@ -524,6 +531,6 @@ def write_results(
     write_json(out / MARKER, marker)
     write_text(out / "table.md", text)
     write_text(out / "table.csv", buffer.getvalue())
-    drawn = figure(comparison, folders)
+    drawn = figure(comparison, predictives)
     save_png(drawn, out / "figure.png")
     return rows, text, drawn
