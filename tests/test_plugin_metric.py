@@ -12,7 +12,7 @@ import pytest
 
 import probtrans
 from probtrans.cli import main
-from probtrans.compare import cross_product, figure, method_folders, run_dir
+from probtrans.compare import cross_product, figure, method_folders, method_instances, run_dir
 from probtrans.metrics import METRICS
 from tests.conftest import tiny_inference
 
@@ -72,7 +72,8 @@ def test_a_plugin_metric_is_in_metrics_json_the_tables_and_the_figure(
     (compared,) = csv.DictReader((out / "table.csv").open())
     assert compared["top2_accuracy"] == f"{100 * written['top2_accuracy']:.2f}"
 
-    _, scores = figure(comparison, method_folders(comparison, out)).subfigs
+    methods = method_instances(comparison, method_folders(comparison, out))
+    _, scores = figure(comparison, methods).subfigs
     titles = [ax.get_title() for ax in scores.axes]
     assert "top-2 accuracy ↑" in titles
     assert scores.axes[titles.index("top-2 accuracy ↑")].get_xlabel() == "top-2 accuracy (%)"
