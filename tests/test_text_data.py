@@ -58,6 +58,7 @@ def cola(cache):
         ("imdb", "sgpa", 50_000, (35_000, 5_000, 10_000)),
         ("cola", "h_sto", 9_078, (6_354, 908, 1_816)),
         ("cola", "sgpa", 9_078, (6_355, 907, 1_816)),
+        ("cr", "h_sto", 3_775, (2_642, 378, 755)),
     ],
 )
 def test_protocol_sizes_and_disjoint_indices(name, protocol, n, sizes):
@@ -212,6 +213,20 @@ def test_cola_bundle(cache, protocol, sizes):
     for split in (bundle.train, bundle.val, bundle.test):
         assert abs(split.labels.float().mean().item() - 0.70) < 0.04  # 6388 / 9078 acceptable
         assert split.inputs.dtype == torch.long and split.inputs.max() < bundle.vocab_size
+
+
+@needs_data
+def test_cr_pools_its_three_files_and_takes_cola_out_of_domain_as_ood(cache):
+    files = [read_source(key) for key in ("cr/train", "cr/dev", "cr/test")]
+    assert [len(f) for f in files] == [2_775, 500, 500]
+    bundle = load_data(DataSpec(name="cr", max_len=64))
+    assert (bundle.kind, bundle.class_names) == ("tokens", ["negative", "positive"])
+    assert tuple(len(s) for s in (bundle.train, bundle.val, bundle.test)) == (2_642, 378, 755)
+    assert list(bundle.ood) == ["cola_ood"] and len(bundle.ood["cola_ood"]) == 516
+    positive = sum(sum(f["label"]) for f in files) / 3_775
+    for split in (bundle.train, bundle.val, bundle.test):
+        assert abs(split.labels.float().mean().item() - positive) < 0.04
+    assert bundle.description["ood"] == "CoLA out-of-domain dev"
 
 
 @needs_data

@@ -47,6 +47,7 @@ TEXT_TASK = DataSource(
 )
 DATA_SOURCES.register("imdb", TEXT_TASK)  # CR as OOD
 DATA_SOURCES.register("cola", TEXT_TASK)  # its out-of-domain dev
+DATA_SOURCES.register("cr", TEXT_TASK)  # CoLA's out-of-domain dev
 DATA_SOURCES.register(FILES, DataSource(load_file_bundle))  # your files: data.train (and the rest)
 
 

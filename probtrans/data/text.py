@@ -1,11 +1,11 @@
-"""Labelled text for sentiment (IMDB, with CR as out-of-domain) and acceptability (CoLA).
+"""Labelled text for sentiment (IMDB, with CR as out-of-domain; CR) and acceptability (CoLA).
 
 Rows come from local files under the folder named by the environment variable
 ``PROBTRANS_DATA_DIR`` (layout of the project's staged copies: ``imdb/{train,test}.jsonl.gz``,
-``cr/tsv/test.tsv``, ``cola/raw/*.tsv``) and, when a file is not there, from the Hugging Face hub
-(:data:`HUB_SOURCES`). Every row is checked: a missing or unknown label, an empty text or bytes
-that are not UTF-8 raise :class:`~probtrans.errors.ProbtransError` naming ``file:line``, in one
-line; so does a file that cannot be read or decompressed.
+``cr/tsv/{train,dev,test}.tsv``, ``cola/raw/*.tsv``) and, when a file is not there, from the
+Hugging Face hub (:data:`HUB_SOURCES`). Every row is checked: a missing or unknown label, an
+empty text or bytes that are not UTF-8 raise :class:`~probtrans.errors.ProbtransError` naming
+``file:line``, in one line; so does a file that cannot be read or decompressed.
 
 The split protocols (``data.protocol``) reproduce the two papers, seeded by ``data.split_seed``:
 
@@ -15,12 +15,16 @@ The split protocols (``data.protocol``) reproduce the two papers, seeded by ``da
   set, and the 500 CR test sentences are out of domain (Table 1). CoLA: in-domain train + dev
   (9,078 sentences) shuffled and split 7:1:2 into train / validation / test, validation and test
   sizes rounded to the nearest integer (6,354 / 908 / 1,816); the 516 out-of-domain dev sentences
-  are out of domain (Table 2).
+  are out of domain (Table 2). CR (Hu & Liu 2004, product-review sentiment, not a task of the
+  papers: the second task on which a comparison tuned on CoLA is checked): its train, dev and
+  test files (2,775 + 500 + 500 sentences) pooled and cut 7:1:2 as CoLA (2,642 / 378 / 755), the
+  CoLA out-of-domain dev sentences (no sentiment) out of domain.
 * ``sgpa`` — Chen & Li, "Calibrating Transformers via Sparse Gaussian Processes", ICLR 2023.
   CoLA: in-domain train + dev pooled and shuffled, ``ceil(0.7 N)`` train, the rest of the first
   ``floor(0.8 N)`` validation, the last 20% test (6,355 / 907 / 1,816), out-of-domain dev as OOD.
   IMDB: all 50,000 labelled reviews pooled and shuffled, 35,000 / 5,000 / 10,000; the SGPA paper
-  has no IMDB out-of-domain set, so the CR test sentences serve here as for ``h_sto``.
+  has no IMDB out-of-domain set, so the CR test sentences serve here as for ``h_sto``. CR is cut
+  as CoLA.
 """
 
 from __future__ import annotations
@@ -58,10 +62,13 @@ class Source:
 
 # The one table of sources. CoLA's hub copy (GLUE) holds in-domain dev followed by
 # out-of-domain dev in one 1,043-row "validation" split, hence the row ranges. The hub copy of CR
-# (SentEval) is not the 500-sentence Hendrycks test split that H-STO used.
+# (SentEval) is not the 500-sentence Hendrycks test split that H-STO used, and has no dev split:
+# its train and test splits make the CR pool.
 HUB_SOURCES: dict[str, Source] = {
     "imdb/train": Source("imdb/train.jsonl.gz", "text", None, ("stanfordnlp/imdb", None, "train")),
     "imdb/test": Source("imdb/test.jsonl.gz", "text", None, ("stanfordnlp/imdb", None, "test")),
+    "cr/train": Source("cr/tsv/train.tsv", "text", None, ("SetFit/SentEval-CR", None, "train")),
+    "cr/dev": Source("cr/tsv/dev.tsv", "text", None, ("SetFit/SentEval-CR", None, "test"), (0, 0)),
     "cr/test": Source("cr/tsv/test.tsv", "text", None, ("SetFit/SentEval-CR", None, "test")),
     "cola/in_domain_train": Source(
         "cola/raw/in_domain_train.tsv", "sentence", COLA_COLUMNS, ("nyu-mll/glue", "cola", "train")
@@ -98,10 +105,16 @@ def local_path(key: str) -> Path | None:
     return path if path.is_file() else None
 
 
-# The sources each data set reads (train and test pools, then out-of-domain).
+# The sources each data set reads: its labelled pools, then its out-of-domain set.
 TASK_SOURCES: dict[str, list[str]] = {
     "imdb": ["imdb/train", "imdb/test", "cr/test"],
     "cola": ["cola/in_domain_train", "cola/in_domain_dev", "cola/out_of_domain_dev"],
+    "cr": ["cr/train", "cr/dev", "cr/test", "cola/out_of_domain_dev"],
+}
+CLASS_NAMES = {
+    "imdb": ["negative", "positive"],
+    "cola": ["unacceptable", "acceptable"],
+    "cr": ["negative", "positive"],
 }
 
 
@@ -208,7 +221,8 @@ def split_indices(name: str, protocol: str, seed: int, n_pool: int) -> tuple[np.
 
 
 def load_text_task(name: str, protocol: str, seed: int) -> TextTask:
-    """Read the rows of ``name`` ("imdb" or "cola") and split them under ``protocol``."""
+    """Read the rows of ``name`` (a key of :data:`TASK_SOURCES`) and split them under
+    ``protocol``."""
     if name == "imdb":
         train, test = read_source("imdb/train"), read_source("imdb/test")
         pool = train if protocol == "h_sto" else concatenate_datasets([train, test])
@@ -219,18 +233,18 @@ def load_text_task(name: str, protocol: str, seed: int) -> TextTask:
             val=pool.select(va),
             test=test if protocol == "h_sto" else pool.select(te),
             ood=read_source("cr/test"),
-            class_names=["negative", "positive"],
+            class_names=CLASS_NAMES[name],
             normalise_html=True,
         )
-    in_domain = [read_source("cola/in_domain_train"), read_source("cola/in_domain_dev")]
-    pool = concatenate_datasets(in_domain)
+    *in_domain, ood = TASK_SOURCES[name]
+    pool = concatenate_datasets([read_source(key) for key in in_domain])
     tr, va, te = split_indices(name, protocol, seed, len(pool))
     return TextTask(
         name=name,
         train=pool.select(tr),
         val=pool.select(va),
         test=pool.select(te),
-        ood=read_source("cola/out_of_domain_dev"),
-        class_names=["unacceptable", "acceptable"],
+        ood=read_source(ood),
+        class_names=CLASS_NAMES[name],
         normalise_html=False,
     )

@@ -37,8 +37,9 @@ from probtrans.specs import DataSpec
 CACHE_DIR_ENV = "PROBTRANS_CACHE_DIR"
 CACHE_FORMAT = 2  # bump when the cached content changes meaning
 SPLITS = ("train", "val", "test", "ood")
-#: the name of each data set's out-of-domain set
-OOD_NAMES = {"imdb": "cr", "cola": "cola_ood"}
+#: the name and description of each data set's out-of-domain set
+OOD_NAMES = {"imdb": "cr", "cola": "cola_ood", "cr": "cola_ood"}
+OOD_DESCRIPTIONS = {"cr": "CR test sentences", "cola_ood": "CoLA out-of-domain dev"}
 #: what a cache file holds (:func:`tokenise`)
 PAYLOAD_KEYS = ["tokenizer", "class_names"] + [
     f"{s}_{k}" for s in SPLITS for k in ("ids", "labels")
@@ -109,7 +110,8 @@ def unpacked(payload: dict) -> tuple[Tokenizer, list[str], dict[str, DataSplit]]
 
 
 def load_text_bundle(spec: DataSpec) -> DataBundle:
-    """The tokenised :class:`DataBundle` of ``spec`` (IMDB or CoLA), from the cache if there."""
+    """The tokenised :class:`DataBundle` of ``spec`` (IMDB, CoLA or CR), from the cache if
+    there."""
     key = cache_key(spec, TASK_SOURCES[spec.name])
     path = cache_dir() / f"{spec.name}-{spec.protocol}-{key}.pt"
     cached = load_cached(path, PAYLOAD_KEYS, unpacked)
@@ -136,7 +138,7 @@ def load_text_bundle(spec: DataSpec) -> DataBundle:
             "protocol": spec.protocol,
             "split_seed": spec.split_seed,
             "sources": {key: source_description(key) for key in TASK_SOURCES[spec.name]},
-            "ood": "CR test sentences" if spec.name == "imdb" else "CoLA out-of-domain dev",
+            "ood": OOD_DESCRIPTIONS[OOD_NAMES[spec.name]],
             "max_len": spec.max_len,
             "cache": str(path),
             "from_cache": cached is not None,
