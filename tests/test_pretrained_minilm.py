@@ -96,6 +96,27 @@ def test_an_unset_temperature_follows_the_backbones_head_size():
     torch.testing.assert_close(outputscale, torch.full_like(outputscale, BACKBONE_OUTPUTSCALE))
 
 
+def test_sgpa_swapped_into_minilm_starts_at_the_pretrained_model():
+    """With its defaults in a backbone (the block's softmax attention as the GP's prior mean),
+    SGPA in the top two blocks changes MiniLM's last hidden states by its noise alone (0.2 % at
+    σ_f² = 1e-8); the paper's zero prior mean moves them by half their size."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm.get_model_path())
+    inputs = tokenizer([text for text, _ in SENTENCES], padding=True, return_tensors="pt")
+    real = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        expected = minilm_model()(**inputs).last_hidden_state[real]
+    moved = {}
+    for prior_mean in ("softmax", "zero"):
+        model = minilm_model()
+        swap_blocks(model, [-2, -1], "sgpa", outputscale=1e-8, prior_mean=prior_mean)
+        with torch.no_grad():
+            given = model(**inputs).last_hidden_state[real]
+        moved[prior_mean] = ((given - expected).norm() / expected.norm()).item()
+    assert moved["softmax"] < 0.01 and moved["zero"] > 0.3
+
+
 def write_short_task(folder: Path) -> Path:
     """A small CoLA-like data file (96 rows) and a model spec over MiniLM in ``folder``."""
     rows = [f'"{text}",{label}' for _ in range(12) for text, label in SENTENCES]
@@ -126,7 +147,7 @@ SWAPS = {
     "softmax": "",
     "sto": '[model.swap]\nattention = { kind = "sto" }\n',
     "h_sto": '[model.swap]\nattention = { kind = "h_sto" }\n',
-    "sgpa": '[model.swap]\nattention = { kind = "sgpa", kernel = "exponential" }\n',
+    "sgpa": '[model.swap]\nattention = { kind = "sgpa" }\n',
     "gaussian_mixture": '[model.swap]\nattention = { kind = "gaussian_mixture" }\n',
 }
 

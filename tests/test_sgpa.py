@@ -401,6 +401,31 @@ def test_padding_tokens_do_not_change_real_outputs(kind, device):
     torch.testing.assert_close(outputs[0][mask], outputs[1][mask])
 
 
+def test_a_softmax_prior_mean_shifts_the_mean_by_softmax_attention_and_nothing_else(device):
+    """prior_mean = "softmax": F | u_g has the zero-mean layer's distribution shifted by
+    softmax(q qᵀ / √d) v over the real tokens (computed here with F.softmax); the variances and
+    the amortised KL are unchanged."""
+    zero = SGPAttention(8, H, kernel="ard", n_inducing=M, lengthscale=2.0).to(device)
+    shifted = SGPAttention(8, H, kernel="ard", n_inducing=M, lengthscale=2.0, prior_mean="softmax")
+    shifted.load_state_dict(zero.state_dict())
+    shifted.to(device)
+    x = torch.randn(B, T, 8, device=device)
+    mask = torch.ones(B, T, dtype=torch.bool, device=device)
+    mask[1, 3:] = False
+    sites = []
+    for layer in (zero, shifted):
+        pyro.set_rng_seed(5)
+        trace = poutine.trace(layer).get_trace(x, mask)
+        sites.append({name.rsplit(".", 1)[-1]: node for name, node in trace.nodes.items()})
+    q, v = zero.project(x, mask)  # (B, H, T, d)
+    logits = (q @ q.transpose(-1, -2) / q.shape[-1] ** 0.5).masked_fill(~mask[:, None, None], -1e9)
+    softmax = (logits.softmax(-1) @ v).transpose(-1, -2)  # (B, H, d, T)
+    f0, f1 = (site["f"]["fn"] for site in sites)
+    torch.testing.assert_close(f1.base_dist.loc - f0.base_dist.loc, softmax)
+    torch.testing.assert_close(f1.base_dist.scale, f0.base_dist.scale)
+    torch.testing.assert_close(sites[1]["kl_amortised"]["value"], sites[0]["kl_amortised"]["value"])
+
+
 # ------------------------------------------------------------------ mixed precision
 @pytest.mark.parametrize(
     "kind, options",

@@ -30,6 +30,16 @@ cannot call the block's own map on Z_g; G is a LayerNorm of the layer's own, whi
 locations on the same normalised manifold as the token inputs. (The authors' code applies the
 previous block's MLP + residual + LayerNorm to Z_g.)
 
+Prior mean (option ``prior_mean``). The paper's GP has mean zero, so a layer's output is the
+kernel part alone. Swapped into a pretrained block, that output is far from what the block
+computed (on all-MiniLM-L6-v2's top two blocks: the exponential kernel over the keys reaches
+exp(23.8), and with the ARD kernel the last hidden states still move by 53 %), and fine-tuning
+from there gave a one-class predictor on CoLA. With ``prior_mean = "softmax"`` (the default in
+a backbone) the GP's prior mean function is the block's own attention softmax(q kᵀ / √d_head) v,
+so F = softmax attention + a zero-mean decoupled sparse GP over the keys: the mean of F | u_g
+shifts by it (:attr:`~probtrans.gp.decoupled.DecoupledConditional.prior_mean`), the covariances
+and both KL terms are unchanged, and at a small σ_f² the layer starts at the pretrained one.
+
 KL weights (see :class:`probtrans.specs.ElboSpec`). The per-dataset ELBO (``kl_weight = 1``)
 is E[log p(y | ·)] summed over the data − KL(q(u_g) ‖ p(u_g)) − Σ_n KL_amortised,n, minus
 KL(q(W) ‖ p(W)) where the model spec puts priors on weights (all three SGPA model specs put a
@@ -140,6 +150,7 @@ class SGPAttention(KernelAttention):
         opts = self.options
         self.jitter = opts.jitter
         self.sampling = opts.sampling
+        self.prior_mean = opts.prior_mean or "zero"
         self.z_g = nn.Parameter(torch.randn(n_heads, opts.n_inducing, d_model))  # Z_g
         self.inducing_map = nn.LayerNorm(d_model)  # G (see the module docstring)
         self.register_buffer("prior_scale_tril", torch.eye(opts.n_inducing), persistent=False)
@@ -165,29 +176,46 @@ class SGPAttention(KernelAttention):
         sample dimensions of x broadcast with those of u_g and f."""
         with autocast_off(x):  # see "Mixed precision" in the module docstring
             q, v = self.project(full_precision(x), mask)
-            f = self.sample_output(q, v, self.global_keys(), mask)
+            f = self.sample_output(
+                q, v, self.global_keys(), mask, self.mean_function(q, q, v, mask)
+            )
         return self.merge_heads(f)
+
+    def mean_function(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor | None:
+        """The GP's prior mean at the tokens (option ``prior_mean``): None for zero, or the
+        softmax attention softmax(q kᵀ / √d_head) v, (*S, B, H, T, d), padding keys left out."""
+        if self.prior_mean == "zero":
+            return None
+        keep = None if mask is None else mask[..., None, None, :]  # (B, 1, 1, T)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
 
     def attend_projected(
         self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, key_map: nn.Module
     ) -> Tensor:
         """In a pretrained block the shared W_qk is the block's key projection: the kernel
-        is K(k_i, k_j) over its keys (its queries are not used), the global keys are
-        ``key_map(G(Z_g))`` and the values its own."""
+        is K(k_i, k_j) over its keys, the global keys are ``key_map(G(Z_g))`` and the values
+        its own; its queries enter through the prior mean alone (``prior_mean = "softmax"``,
+        the default here: the block's own softmax(q kᵀ / √d_head) v)."""
         with autocast_off(k):
             k, v = full_precision(k), full_precision(v)
             if key_mask is not None:
                 v = v * key_mask[..., None, :, None].to(v.dtype)
-            f = self.sample_output(k, v, self.global_keys(key_map), key_mask)
+            mean = self.mean_function(full_precision(q), k, v, key_mask)
+            f = self.sample_output(k, v, self.global_keys(key_map), key_mask, mean)
         return f.transpose(-1, -2)  # (*S, B, H, d, T) → (*S, B, H, T, d)
 
-    def sample_output(self, q: Tensor, v: Tensor, keys: Tensor, mask: Tensor | None) -> Tensor:
+    def sample_output(
+        self, q: Tensor, v: Tensor, keys: Tensor, mask: Tensor | None, mean: Tensor | None
+    ) -> Tensor:
         """The sites of the layer given amortised keys q and values v (*S, B, H, T, d), global
-        keys (H, M_g, d): the amortised KL factor, u_g, and the draw of F (*S', B, H, d, T).
+        keys (H, M_g, d) and the prior mean at the tokens (*S, B, H, T, d; None: zero): the
+        amortised KL factor, u_g, and the draw of F (*S', B, H, d, T).
 
         u_g is (H, d, M_g), or (*S, 1, H, d, M_g) inside vectorised plates; one with the data
         plate's dimension (B ≠ 1 at dim −4) was drawn inside the data plate, and is refused."""
         conditional = decoupled_conditional(self.kernel, q, keys, v, self.jitter, mask)
+        if mean is not None:
+            conditional.prior_mean = mean.transpose(-1, -2)
         kl_term(self.site("kl_amortised"), conditional.amortised_kl)
         u_g = self.u_g
         if u_g.dim() > 3 and u_g.shape[-4] != 1:

@@ -102,13 +102,17 @@ class DecoupledConditional:
     key_mask: Tensor | None  # (B, T), True for real tokens
     jitter: float
     dtype: torch.dtype  # of the layer's inputs (float32 at least) and of every method's result
+    prior_mean: Tensor | None = None  # m(x_a), the prior mean function, (*S, B, H, d, T); None: 0
 
     def mean(self, eps: Tensor) -> Tensor:
-        """E[F | ε] = m_a + Aᵀ ε: eps (*E, H, d, M) → (*, H, d, T), the batch dimensions *E of
-        eps and (*S, B) of the inputs broadcast right-aligned: eps (H, d, M) → (*S, B, H, d, T);
-        eps (S, 1, H, d, M), one draw per sample of a vectorised plate → (S, B, H, d, T)."""
+        """E[F | ε] = m(x_a) + m_a + Aᵀ ε: eps (*E, H, d, M) → (*, H, d, T), the batch
+        dimensions *E of eps and (*S, B) of the inputs broadcast right-aligned: eps (H, d, M) →
+        (*S, B, H, d, T); eps (S, 1, H, d, M), one draw per sample of a vectorised plate →
+        (S, B, H, d, T). A GP with a prior mean function m is m plus a zero-mean GP: m shifts
+        the mean and leaves the covariances and the KL divergences as they are."""
         aligned = eps.to(self.cross.dtype) @ self.cross  # (*, H, d, T)
-        return (self.amortised_mean + aligned).to(self.dtype)
+        mean = (self.amortised_mean + aligned).to(self.dtype)
+        return mean if self.prior_mean is None else mean + self.prior_mean
 
     def variance(self) -> Tensor:
         """diag(K_aa − AᵀA): the per-token variance of F given ε, shared by all d, (*S, B, H, T)."""

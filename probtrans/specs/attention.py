@@ -113,7 +113,7 @@ def in_backbone(options: Spec, d_head: int) -> Spec:
     """``options`` for a layer swapped into a pretrained backbone whose heads have ``d_head``
     dimensions: every option of the kind's ``backbone_defaults`` that the user did not set takes
     that value (temperatures √d_head and length scales d_head^¼: the scale of the backbone's own
-    logits q·k / √d_head)."""
+    logits q·k / √d_head; SGPA's prior mean, the block's softmax attention)."""
     defaults = getattr(type(options), "backbone_defaults", None)
     if defaults is None:
         return options
@@ -158,7 +158,7 @@ class StochasticOptions(Spec):
     """Dropout on the sampled attention weights."""
 
     @staticmethod
-    def backbone_defaults(d_head: int) -> dict[str, float]:
+    def backbone_defaults(d_head: int) -> dict[str, float | str]:
         """The options that, unset, a block swapped into a pretrained backbone with heads of
         ``d_head`` dimensions takes (:func:`in_backbone`)."""
         return {"tau": d_head**0.5}
@@ -183,7 +183,7 @@ class HierarchicalOptions(Spec):
     """Dropout on the sampled value attention."""
 
     @staticmethod
-    def backbone_defaults(d_head: int) -> dict[str, float]:
+    def backbone_defaults(d_head: int) -> dict[str, float | str]:
         return {"tau1": d_head**0.5, "tau2": d_head**0.5}
 
 
@@ -193,14 +193,16 @@ class SGPAOptions(Spec):
 
     kind: Literal["sgpa"] = "sgpa"
     kernel: KernelName = "ard"
-    """``ard`` (ARD-RBF; the authors' for images) or ``exponential`` (the authors' for text)."""
+    """``ard`` (ARD-RBF; the authors' for images) or ``exponential`` (the authors' for text).
+    In a pretrained backbone prefer ``ard``: it is bounded by σ_f², where the exponential
+    kernel of pretrained keys is not (exp(23.8) on all-MiniLM-L6-v2's top blocks)."""
     n_inducing: PositiveInt = 16
     """M_g global inducing points per layer and head."""
     lengthscale: Positive = 8.0
     """Initial length scales ℓ_i. The default (the digits and CIFAR-10 specs') is a smooth
     kernel over layer-normalised tokens; the authors' text setting, with the exponential
     kernel, is ℓ = 54.6. Swapped into a pretrained backbone, unset: d_head ** 0.25, so that
-    ℓ² = √d_head and exp(q·k / ℓ²) is the backbone's own softmax logit."""
+    ℓ² = √d_head, the scale of the backbone's own logits q·k / √d_head."""
     outputscale: Positive = 0.1
     """Initial signal variance σ_f²: small, so the layer's noise starts small next to the
     residual stream (the authors' text setting: 0.0183). At σ_f² = 1 with the exponential
@@ -210,10 +212,21 @@ class SGPAOptions(Spec):
     """Added to K_gg's diagonal; ten times more after every failed Cholesky."""
     sampling: Literal["marginal", "full"] = "marginal"
     """F | u_g per token (the authors'), or jointly over tokens."""
+    prior_mean: Literal["zero", "softmax"] | None = None
+    """The GP's prior mean function m(x): ``zero`` (the paper's), or ``softmax``, the softmax
+    attention softmax(q kᵀ / √d_head) v of the layer's own queries, keys and values, so that
+    the GP models corrections to it. Unset: zero; swapped into a pretrained backbone,
+    softmax, so that the layer starts at what the pretrained block computed (the kernel part
+    alone is far from it: on all-MiniLM-L6-v2's top blocks the keys' exponential kernel reaches
+    exp(23.8), and even the key-to-key softmax is 120–190 % away from the block's output)."""
 
     @staticmethod
-    def backbone_defaults(d_head: int) -> dict[str, float]:
-        return {"lengthscale": d_head**0.25, "outputscale": BACKBONE_OUTPUTSCALE}
+    def backbone_defaults(d_head: int) -> dict[str, float | str]:
+        return {
+            "lengthscale": d_head**0.25,
+            "outputscale": BACKBONE_OUTPUTSCALE,
+            "prior_mean": "softmax",
+        }
 
 
 @attention_kind
