@@ -401,14 +401,20 @@ def test_padding_tokens_do_not_change_real_outputs(kind, device):
     torch.testing.assert_close(outputs[0][mask], outputs[1][mask])
 
 
-def test_a_softmax_prior_mean_shifts_the_mean_by_softmax_attention_and_nothing_else(device):
-    """prior_mean = "softmax": F | u_g has the zero-mean layer's distribution shifted by
-    softmax(q qᵀ / √d) v over the real tokens (computed here with F.softmax); the variances and
-    the amortised KL are unchanged."""
+@pytest.mark.parametrize("correction", ["zero", "identity"])
+def test_a_softmax_prior_mean_shifts_the_mean_by_softmax_attention(device, correction):
+    """prior_mean = "softmax": F | u_g is softmax(q qᵀ / √d) v over the real tokens (computed
+    here with F.softmax) plus a GP of corrections with amortised values v R_h. At the start
+    (R_h = 0) its mean is softmax attention plus the global part and its amortised KL is zero;
+    with R_h = I it is the zero-mean layer's distribution shifted by softmax attention, with the
+    same variances and amortised KL."""
     zero = SGPAttention(8, H, kernel="ard", n_inducing=M, lengthscale=2.0).to(device)
     shifted = SGPAttention(8, H, kernel="ard", n_inducing=M, lengthscale=2.0, prior_mean="softmax")
-    shifted.load_state_dict(zero.state_dict())
+    shifted.load_state_dict(zero.state_dict(), strict=False)
     shifted.to(device)
+    if correction == "identity":
+        with torch.no_grad():
+            shifted.correction.copy_(torch.eye(zero.d_head).expand(H, -1, -1))
     x = torch.randn(B, T, 8, device=device)
     mask = torch.ones(B, T, dtype=torch.bool, device=device)
     mask[1, 3:] = False
@@ -421,9 +427,17 @@ def test_a_softmax_prior_mean_shifts_the_mean_by_softmax_attention_and_nothing_e
     logits = (q @ q.transpose(-1, -2) / q.shape[-1] ** 0.5).masked_fill(~mask[:, None, None], -1e9)
     softmax = (logits.softmax(-1) @ v).transpose(-1, -2)  # (B, H, d, T)
     f0, f1 = (site["f"]["fn"] for site in sites)
-    torch.testing.assert_close(f1.base_dist.loc - f0.base_dist.loc, softmax)
     torch.testing.assert_close(f1.base_dist.scale, f0.base_dist.scale)
-    torch.testing.assert_close(sites[1]["kl_amortised"]["value"], sites[0]["kl_amortised"]["value"])
+    kl0, kl1 = (-site["kl_amortised"]["fn"].log_factor for site in sites)  # (B,)
+    if correction == "identity":
+        torch.testing.assert_close(f1.base_dist.loc - f0.base_dist.loc, softmax)
+        torch.testing.assert_close(kl1, kl0)
+    else:
+        u_g = sites[1]["u_g"]["value"]  # (H, d, M): the global part A^T u_g alone remains
+        keys = zero.global_keys()
+        cond = decoupled_conditional(zero.kernel, q, keys, torch.zeros_like(v), zero.jitter, mask)
+        torch.testing.assert_close(f1.base_dist.loc, softmax + cond.mean(u_g))
+        assert torch.equal(kl1, torch.zeros_like(kl1)) and kl0.min() > 0
 
 
 # ------------------------------------------------------------------ mixed precision

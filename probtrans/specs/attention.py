@@ -215,7 +215,8 @@ class SGPAOptions(Spec):
     prior_mean: Literal["zero", "softmax"] | None = None
     """The GP's prior mean function m(x): ``zero`` (the paper's), or ``softmax``, the softmax
     attention softmax(q kᵀ / √d_head) v of the layer's own queries, keys and values, so that
-    the GP models corrections to it. Unset: zero; swapped into a pretrained backbone,
+    the GP models corrections to it (their amortised values v R_h, R_h learned from zero).
+    Unset: zero; swapped into a pretrained backbone,
     softmax, so that the layer starts at what the pretrained block computed (the kernel part
     alone is far from it: on all-MiniLM-L6-v2's top blocks the keys' exponential kernel reaches
     exp(23.8), and even the key-to-key softmax is 120–190 % away from the block's output)."""
