@@ -440,6 +440,16 @@ def test_all_linear_adapts_every_linear_map_of_any_family(backbones, family):
     assert all(isinstance(model.get_submodule(path), LoRALinear) for path in linear)
 
 
+def test_a_misspelt_lora_target_lists_the_backbones_own_map_names(backbones):
+    """The names offered are the backbone's (query among them), not the adapters' inner ones."""
+    from probtrans.backbone.lora import add_lora
+
+    with pytest.raises(ConfigError, match="'valeu' matches no linear map") as raised:
+        add_lora(pretrained(backbones["bert"]), ["query", "valeu"], r=2, alpha=4)
+    offered = str(raised.value).rpartition("named ")[2].rstrip(")").split(", ")
+    assert "query" in offered and "value" in offered and "base" not in offered
+
+
 @pytest.mark.parametrize("guide", ["map", "mfvi", "lowrank"])
 def test_lora_guides_train_and_leave_the_pretrained_weights_unchanged(tmp_path, backbones, guide):
     folder = backbones["bert"]

@@ -186,6 +186,21 @@ def test_nan_and_inf_in_every_numeric_field(tmp_path, capsys, kind, field, is_li
         ("inference", {"guide": {"inducing": "full"}}, "guide.inducing = 'full': unknown"),
         ("comparison", {"method": [{"name": "m"}]}, "method[0].model: missing (required)"),
         ("segmentation", {"model": {"window": 4}}, "model.window = 4: must be odd"),
+        (
+            "inference",
+            {"optim": {"lr": -1.0, "weight_decay": -1.0}},
+            "optim.lr = -1.0: must be > 0; optim.weight_decay = -1.0: must be >= 0",
+        ),
+        (
+            "model",
+            {"model": {"backbone": "some/folder", "swap": {"layers": "top"}}},
+            "model.swap.layers = 'top': must be a list or must be 'all'",
+        ),
+        (
+            "model",
+            {"model": {"backbone": "some/folder", "attention": {"kind": "h_sto"}}},
+            "to put h_sto into its blocks, move the table to [model.swap]",
+        ),
     ],
 )
 def test_bad_values_are_named(tmp_path, capsys, kind, table, message):

@@ -51,9 +51,8 @@ def add_lora(
     returns path → adapter. Targets that match no linear map are refused."""
     adapters: dict[str, LoRALinear] = {}
     matched: set[str] = set()
-    for path, module in list(model.named_modules()):
-        if not isinstance(module, nn.Linear) or not path:
-            continue
+    linear = [(p, m) for p, m in model.named_modules() if isinstance(m, nn.Linear) and p]
+    for path, module in linear:
         hits = [t for t in targets if t == ALL_LINEAR or path == t or path.endswith("." + t)]
         if not hits:
             continue
@@ -65,9 +64,7 @@ def add_lora(
         adapters[path] = adapter
     missing = [t for t in targets if t not in matched]
     if missing:
-        names = sorted(
-            {p.rpartition(".")[2] for p, m in model.named_modules() if isinstance(m, nn.Linear)}
-        )
+        names = sorted({path.rpartition(".")[2] for path, _ in linear})  # before any adapter
         raise ConfigError(
             f"{field}.targets = {targets}: {missing[0]!r} matches no linear map of the backbone "
             f"(its linear maps are named {', '.join(names)})"

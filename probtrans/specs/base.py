@@ -149,28 +149,36 @@ def updated(spec: S, changes: dict[str, Any], source: str) -> S:
 
 # ------------------------------------------------------------------------ error messages
 def explain(cls: type[BaseModel], error: ValidationError) -> str:
-    """The first problem of ``error`` as ``field = value: what is wrong``."""
+    """Every problem of ``error`` as ``field = value: what is wrong``, on one line, joined by
+    "; " (an unknown key first: a misspelt key also makes the key it stands for "missing")."""
     problems = error.errors(include_url=False)
-    # an unknown key first: a misspelt key also makes the key it stands for "missing"
     problems.sort(key=lambda problem: problem["type"] != "extra_forbidden")
-    first = problems[0]
-    kind, ctx = first["type"], first.get("ctx", {})
-    path, table = _walk(cls, first["loc"])
+    said: dict[str, list[str]] = {}  # "field = value" → what is wrong (a union's members: each)
+    for problem in problems:
+        where, _, what = _problem(cls, problem).partition(": ")
+        said.setdefault(where, []).append(what)
+    return "; ".join(
+        ": ".join(filter(None, [where, " or ".join(dict.fromkeys(whats))]))
+        for where, whats in said.items()
+    )
+
+
+def _problem(cls: type[BaseModel], problem: Any) -> str:
+    """One problem of a ValidationError as ``field = value: what is wrong``."""
+    kind, ctx = problem["type"], problem.get("ctx", {})
+    path, table = _walk(cls, problem["loc"])
     field = _dotted(path)
     if kind == "spec_rule":
         field = ".".join(filter(None, [field, ctx["field"]]))
-        text = f"{field} = {ctx['value']!r}: {ctx['message']}"
-    elif kind == "extra_forbidden":
+        return f"{field} = {ctx['value']!r}: {ctx['message']}"
+    if kind == "extra_forbidden":
         known = ", ".join(sorted(info.alias or name for name, info in table.model_fields.items()))
-        text = f"unknown key {field!r} (known here: {known})"
-    elif kind == "union_tag_invalid":
-        text = f"{field}.kind = {ctx['tag']!r}: must be one of {ctx['expected_tags']}"
-    elif kind == "missing":
-        text = f"{field}: missing (required)"
-    else:
-        text = f"{field or 'top level'} = {first['input']!r}: {_phrase(first)}"
-    more = len(problems) - 1
-    return text + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
+        return f"unknown key {field!r} (known here: {known})"
+    if kind == "union_tag_invalid":
+        return f"{field}.kind = {ctx['tag']!r}: must be one of {ctx['expected_tags']}"
+    if kind == "missing":
+        return f"{field}: missing (required)"
+    return f"{field or 'top level'} = {problem['input']!r}: {_phrase(problem)}"
 
 
 _PHRASES = {

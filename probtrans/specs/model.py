@@ -215,6 +215,15 @@ class NetworkSpec(Spec):
                 for name in BACKBONE_FIXES
                 if getattr(self, name) != type(self).model_fields[name].default
             ]
+            if "attention" in fixed:
+                kind = self.attention.kind
+                raise rule(
+                    "attention",
+                    {"kind": kind},
+                    f"a backbone keeps its own attention; to put {kind} into its blocks, move "
+                    f"the table to [model.swap] attention = {{ kind = {kind!r} }} (and "
+                    f"model.swap.layers)",
+                )
             if fixed:
                 value = getattr(self, fixed[0])
                 raise rule(fixed[0], value, "comes from model.backbone; remove it")
