@@ -440,6 +440,26 @@ def test_all_linear_adapts_every_linear_map_of_any_family(backbones, family):
     assert all(isinstance(model.get_submodule(path), LoRALinear) for path in linear)
 
 
+@pytest.mark.parametrize("kind", ["h_sto", "sgpa"])
+def test_a_fitted_run_takes_the_backbone_defaults_of_the_options_its_spec_left_unset(
+    tmp_path, backbones, kind
+):
+    """The scales the spec does not set follow the backbone's heads (4 heads of 8 dimensions
+    here) in the network that fit trains and in the one a reloaded run rebuilds, as they do in
+    swap_blocks (the tokenizer that fit resolves once made every option look set)."""
+    tables = f'[model.swap]\nlayers = [-1]\nattention = {{ kind = "{kind}", n_inducing = 4 }}\n'
+    if kind == "h_sto":
+        tables = '[model.swap]\nlayers = [-1]\nattention = { kind = "h_sto", tau2 = 3.0 }\n'
+    run = fit(tmp_path, write_spec(tmp_path, backbones["bert"], tables), "map")
+    for classifier in (run.classifier, probtrans.Run.load(run.path).classifier):
+        layer = classifier.backbone.get_submodule("encoder.layer.1.attention.self.attn")
+        if kind == "h_sto":
+            assert (layer.tau1, layer.tau2) == (pytest.approx(8**0.5), 3.0)
+        else:
+            assert layer.prior_mean == "softmax" and layer.options.outputscale == 1e-3
+            assert layer.options.lengthscale == pytest.approx(8**0.25)
+
+
 def test_a_misspelt_lora_target_lists_the_backbones_own_map_names(backbones):
     """The names offered are the backbone's (query among them), not the adapters' inner ones."""
     from probtrans.backbone.lora import add_lora

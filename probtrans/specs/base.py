@@ -135,13 +135,15 @@ def read_spec(cls: type[F], path: str | os.PathLike[str], text: str | None = Non
 
 def updated(spec: S, changes: dict[str, Any], source: str) -> S:
     """A validated copy of ``spec`` with dotted ``changes`` (e.g. ``{"train.epochs": 3}``);
-    errors start with ``source`` (e.g. ``--epochs``)."""
-    table = spec.model_dump(by_alias=True)
+    errors start with ``source`` (e.g. ``--epochs``). Fields the spec left unset stay unset,
+    so that defaults chosen later from context (an attention kind's ``backbone_defaults``) still
+    apply to them."""
+    table = spec.model_dump(by_alias=True, exclude_unset=True)
     for dotted, value in changes.items():
         *parents, key = dotted.split(".")
         node = table
         for name in parents:
-            node = node[name]
+            node = node.setdefault(name, {})
         node[key] = value
     new = parse(type(spec), table, source)
     return new.located(spec.file) if isinstance(spec, SpecFile) else new
