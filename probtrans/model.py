@@ -129,6 +129,16 @@ class PyroClassifier(PyroModule):
         network trained here is new)."""
         return []
 
+    def attention_options(self) -> dict[str, dict]:
+        """Module path → the options each attention layer was built with, defaults resolved
+        (JSON values): a checkpoint keeps them, so that a network rebuilt from its spec under
+        other defaults is not taken for the one trained."""
+        return {
+            path: module.options.model_dump(mode="json")
+            for path, module in self.named_modules()
+            if isinstance(module, MultiHeadAttention)
+        }
+
     def head_modules(
         self, net: NetworkSpec, width: int, n_classes: int
     ) -> tuple[nn.Module, nn.Module]:

@@ -22,7 +22,7 @@ import probtrans
 from probtrans.backbone.swap import attention_blocks, swap_blocks
 from probtrans.data import load_data
 from probtrans.describe import site_table
-from probtrans.errors import ConfigError
+from probtrans.errors import ConfigError, ProbtransError
 from probtrans.model import BackboneClassifier, build_classifier
 from probtrans.resolve import load_model_spec, spec_folder, with_local_backbone
 from tests.conftest import tiny_inference
@@ -458,6 +458,24 @@ def test_a_fitted_run_takes_the_backbone_defaults_of_the_options_its_spec_left_u
         else:
             assert layer.prior_mean == "softmax" and layer.options.outputscale == 1e-3
             assert layer.options.lengthscale == pytest.approx(8**0.25)
+
+
+def test_a_run_rebuilt_under_other_attention_defaults_is_refused_with_the_value_to_write(
+    tmp_path, backbones, monkeypatch
+):
+    """The checkpoint keeps each attention layer's resolved options: when an unset option's
+    default changes after a fit, loading names the option and the trained value."""
+    from probtrans.specs.attention import HierarchicalOptions
+
+    tables = '[model.swap]\nlayers = [-1]\nattention = { kind = "h_sto" }\n'
+    run = fit(tmp_path, write_spec(tmp_path, backbones["bert"], tables), "map")
+    assert probtrans.Run.load(run.path).classifier is not None  # the same defaults: loads
+    monkeypatch.setattr(HierarchicalOptions, "backbone_defaults", staticmethod(lambda d: {}))
+    with pytest.raises(ProbtransError) as refused:
+        probtrans.Run.load(run.path)
+    message = str(refused.value)
+    assert "encoder.layer.1.attention.self.attn was trained with tau1 = 2.828" in message
+    assert "now builds tau1 = 1.0" in message and "refit it, with tau1 = 2.828" in message
 
 
 def test_a_misspelt_lora_target_lists_the_backbones_own_map_names(backbones):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import tempfile
 import time
 from collections.abc import Callable
@@ -290,6 +291,7 @@ def train_and_evaluate(
             run.path / "checkpoint.pt",
             {
                 "model_state": best.model_state,
+                "attention_options": json.dumps(run.classifier.attention_options()),
                 **posterior,
                 "epoch": best.epoch,
                 "seed": seed,

@@ -4,6 +4,7 @@ folder; :func:`load_run` reads one back from its folder (:mod:`probtrans.runs.fo
 from __future__ import annotations
 
 import copy
+import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -289,6 +290,27 @@ def seeded_draws(
 
 
 @caller_random_state()
+def check_attention_options(path: Path, state: dict[str, Any], classifier: Classifier) -> None:
+    """Refuse a network rebuilt with attention options other than those the checkpoint was
+    trained with (a default that changed since: a swapped block's unset temperature, say),
+    naming the first option and the value to write in the model spec. Checkpoints from before
+    runs kept their options are not checked."""
+    if "attention_options" not in state:
+        return
+    kept = json.loads(state["attention_options"])
+    built = classifier.attention_options()
+    for layer, options in kept.items():
+        rebuilt = built.get(layer, {})
+        for name, value in options.items():
+            if rebuilt.get(name) != value:
+                raise ProbtransError(
+                    f"{path}: {layer} was trained with {name} = {value!r}, and its model spec "
+                    f"now builds {name} = {rebuilt.get(name)!r} (a default changed since the "
+                    f"fit): the weights are not used under another network; refit it, with "
+                    f"{name} = {value!r} in the spec's attention table to train the same one"
+                )
+
+
 def load_run(run_dir: str | Path, device: str = "cpu", data: DataBundle | None = None) -> Run:
     """Rebuild the classifier and guide of a run folder from its checkpoint, with the spec texts
     the checkpoint keeps (the folder's copies are for reading; a note says if they differ). The
@@ -339,6 +361,7 @@ def load_run(run_dir: str | Path, device: str = "cpu", data: DataBundle | None =
         data = load_data(model_spec.data, spec_folder(model_spec)) if data is None else data
         kept = run_backbone(run_dir) if model_spec.network.backbone is not None else None
         classifier = build_classifier(model_spec, data, kept).to(device)
+    check_attention_options(path, state, classifier)
     guide, draws = None, None
     try:
         classifier.load_state_dict(state["model_state"])
