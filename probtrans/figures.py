@@ -142,6 +142,10 @@ def nonempty(scores: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: np.asarray(v, dtype=np.float64) for k, v in scores.items() if len(v)}
 
 
+#: a score whose spread is below this (relative to its size) is rounding noise, not a signal
+CONSTANT_SCORE = 1e-9
+
+
 def note(ax: Axes, text: str) -> None:
     """A grey note in the middle of an empty panel."""
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="grey")
@@ -239,13 +243,19 @@ def uncertainty_histograms(
     """Draw overlaid density histograms of an uncertainty score: the in-domain test split and
     each out-of-domain set, on shared bins; each set's legend entry gives its AUROC
     (:func:`probtrans.metrics.ood_detection`). Without out-of-domain sets, in-domain alone.
-    A score that is the same for every example (the mutual information of a deterministic
-    predictive) gets a note saying so.
+    A score that is the same for every example to rounding (the mutual information of a
+    deterministic predictive: 1e-16 noise) is not drawn: a note says so instead.
     """
     score_in = np.asarray(score_in, dtype=np.float64)
     scores_out = nonempty(scores_out)
     colours = colours or set_colours(list(scores_out))
     every = np.concatenate([score_in, *scores_out.values()])
+    if np.ptp(every) <= CONSTANT_SCORE * max(1.0, np.abs(every).max()):
+        value = every.mean() if abs(every.mean()) > CONSTANT_SCORE else 0.0
+        note(ax, f"{name} = {value:.3g} for every example:\nnothing to tell apart")
+        ax.set_title(f"{short(name)}: the same everywhere")
+        ax.set_xticks([]), ax.set_yticks([])
+        return
     edges = np.histogram_bin_edges(every, bins=30)
     ax.hist(score_in, bins=edges, density=True, alpha=0.6, color="C0", label=IN_DOMAIN)
     for set_name, score_out in scores_out.items():
@@ -259,8 +269,6 @@ def uncertainty_histograms(
             color=colours.get(set_name),
             label=f"{set_name} (AUROC {auroc:.3f})",
         )
-    if np.ptp(every) == 0:
-        note(ax, f"{name} = {every[0]:.3g} for every example")
     title = f"{short(name)}: in-domain vs OOD" if scores_out else "no out-of-domain examples"
     ax.set_title(title)
     ax.set_xlabel(name)  # the score names the x axis

@@ -81,9 +81,12 @@ def test_uncertainty_histograms_name_each_set_with_its_auroc():
     empty = Figure().subplots()
     figures.uncertainty_histograms(empty, np.array([0.1, 0.2]), {})
     assert empty.get_title() == "no out-of-domain examples"
-    constant = Figure().subplots()
-    figures.uncertainty_histograms(constant, np.zeros(3), {"far": np.zeros(2)}, name="MI")
-    assert any("MI = 0 for every example" in t.get_text() for t in constant.texts)
+    for noise in (0.0, 1e-16):  # a deterministic predictive's MI: zero, to rounding
+        constant = Figure().subplots()
+        rounding = noise * np.random.default_rng(0).standard_normal(5)
+        figures.uncertainty_histograms(constant, rounding[:3], {"far": rounding[3:]}, name="MI")
+        assert any("MI = 0 for every example" in t.get_text() for t in constant.texts)
+        assert not constant.patches and constant.get_legend() is None  # nothing drawn
 
 
 def test_roc_legend_gives_the_auroc_of_ood_detection(run_probs):
