@@ -56,6 +56,8 @@ from probtrans.summary import comparison_metrics, ood_sets, ood_split, summarise
 MAX_OVERLAID = 5
 #: the size of a run figure (inches; 1800 × 1080 px at the 120 dpi of ``save_png``)
 RUN_FIGSIZE = (15.0, 9.0)
+#: characters per line of a run figure's title (x-large type across its 15 inches)
+TITLE_WIDTH = 110
 #: the size of a comparison figure, whatever its number of methods
 COMPARISON_FIGSIZE = (16.0, 10.0)
 #: characters per line of a comparison figure's metric-panel titles (wrapped: no overlap)
@@ -103,12 +105,13 @@ def draws_in_words(weights_vary: bool, local: bool) -> str:
 
 
 def run_title(
-    data: str, attention: str, guide: str, samples: int, draws: str = DRAW_WORDS[True, True]
+    data: str, network: str, guide: str, samples: int, draws: str = DRAW_WORDS[True, True]
 ) -> str:
-    """What a run is, for its figure: data, attention kind, the guide in words
-    (:func:`probtrans.inference.guide.guide_in_words`), and the S draws of its predictive and
-    what they are (``draws``, :func:`draws_in_words`)."""
-    return f"{data} · {attention} attention · guide: {guide} · S = {samples} {draws}"
+    """What a run is, for its figure: data, network (``ModelSpec``'s ``in_words``), the guide in
+    words (:func:`probtrans.inference.guide.guide_in_words`), and the S draws of its predictive
+    and what they are (``draws``, :func:`draws_in_words`); wrapped to the figure's width."""
+    text = f"{data} · {network} · guide: {guide} · S = {samples} {draws}"
+    return textwrap.fill(text, TITLE_WIDTH)
 
 
 def score_label(name: str) -> str:

@@ -460,6 +460,22 @@ def test_a_fitted_run_takes_the_backbone_defaults_of_the_options_its_spec_left_u
             assert layer.options.lengthscale == pytest.approx(8**0.25)
 
 
+def test_the_report_of_a_swapped_backbone_run_names_backbone_blocks_kind_and_file(
+    tmp_path, backbones, monkeypatch
+):
+    from probtrans import figures
+
+    titles = []
+    drawn = figures.save_run_figure
+    monkeypatch.setattr(
+        figures, "save_run_figure", lambda *a, **k: titles.append(k["title"]) or drawn(*a, **k)
+    )
+    tables = '[model.swap]\nlayers = [-1]\nattention = { kind = "h_sto" }\n'
+    fit(tmp_path, write_spec(tmp_path, backbones["bert"], tables), "map")
+    (title,) = titles
+    assert title.startswith("train.csv · bert with h_sto attention in blocks -1 · guide: ")
+
+
 def test_a_run_rebuilt_under_other_attention_defaults_is_refused_with_the_value_to_write(
     tmp_path, backbones, monkeypatch
 ):

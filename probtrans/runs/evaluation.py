@@ -326,8 +326,8 @@ def evaluate(
         labels["test"],
         ood_sets(probs["plain"]),
         title=figures.run_title(
-            run.data.name,
-            run.model_spec.network.attention.kind,
+            run.model_spec.data.in_words() if run.model_spec.data.train else run.data.name,
+            run.model_spec.network.in_words(),
             run.guide_words(),
             samples,
             figures.draws_in_words(weights_vary, bool(attention_sites(run.classifier))),

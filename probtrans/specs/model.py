@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -95,6 +96,13 @@ class DataSpec(Spec):
     """Text: a pretrained Hugging Face tokenizer, a folder written by ``save_pretrained`` or
     ``hf:ID``, instead of a word-level one learned on the training split (``vocab_size`` and
     ``min_freq`` then do not apply). A ``model.backbone`` sets it to its own."""
+
+    def in_words(self) -> str:
+        """The data for a figure's title: the registered data set's name, or your training
+        file's name (without its folders) or hub ID."""
+        if self.train is None:
+            return self.name
+        return self.train if self.train.startswith("hf:") else Path(self.train).name
 
     @model_validator(mode="after")
     def _source(self) -> DataSpec:
@@ -205,6 +213,18 @@ class NetworkSpec(Spec):
     head: HeadSpec = HeadSpec()
     spectral_norm: NonNegative = 0.0
     """SNGP: every Linear map of the encoder gets spectral norm at most this bound; 0 = off."""
+
+    def in_words(self) -> str:
+        """The network for a figure's title: its attention kind, or its backbone (the last
+        part of its name) and the kind swapped into which of its blocks."""
+        if self.backbone is None:
+            return f"{self.attention.kind} attention"
+        name = self.backbone.rstrip("/").rpartition("/")[2].rpartition(":")[2]
+        if self.swap is None:
+            return f"{name} (its own attention)"
+        layers = self.swap.layers
+        where = "every block" if layers == "all" else f"blocks {', '.join(map(str, layers))}"
+        return f"{name} with {self.swap.attention.kind} attention in {where}"
 
     @model_validator(mode="after")
     def _consistent(self) -> NetworkSpec:
