@@ -174,10 +174,24 @@ class PyroClassifier(PyroModule):
 
     def sample_globals(self) -> None:
         """Draw every global site (``PyroSample`` attributes: weight priors, inducing variables)
-        once, outside the data plate; PyroModule caches the draws for the rest of the call."""
-        for module in self.modules():
-            for name in pyro_sample_names(module):
-                getattr(module, name)
+        once, outside the data plate; PyroModule caches the draws for the rest of the call.
+        The inducing variables come first, as in the guide (:func:`probtrans.inference.guide.
+        build_guide` puts their guide first): ``TraceMeanField_ELBO`` checks that the model and
+        the guide draw their common sites in one order, and warns with every site name if not."""
+        inducing = [
+            (module, name)
+            for module in self.modules()
+            if isinstance(module, MultiHeadAttention)
+            for name in module.inducing_sites
+        ]
+        weights = [
+            (module, name)
+            for module in self.modules()
+            for name in pyro_sample_names(module)
+            if (module, name) not in inducing
+        ]
+        for module, name in inducing + weights:
+            getattr(module, name)
 
     def encode(self, inputs: Tensor, mask: Tensor | None = None) -> Tensor:
         """inputs (B, ...), mask (B, L) bool, True for real tokens → the pooled representation
