@@ -160,6 +160,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from probtrans.data.file_bundle import label_indices
     from probtrans.data.files import HF_PREFIX, check_data_file, read_inputs
     from probtrans.data.formats import find_format, formats, suffixes
@@ -184,14 +186,20 @@ def cmd_predict(args: argparse.Namespace) -> int:
         )
     run = load_run(args.run_dir, args.device)
     spec = run.model_spec.data
+    texts = run.data.kind == "tokens"
     rows = read_inputs(
         args.input,
-        "text" if run.data.kind == "tokens" else "image",
+        "text" if texts else "image",
         text_column=spec.text_column,
         image_column=spec.image_column,
-        label_column=spec.label_column,
+        label_column=spec.label_column if args.labels else None,
         declared=spec.labels or (),
     )
+    if args.labels and not rows.labels:
+        raise ProbtransError(
+            f"{args.input}: --labels: no label column {spec.label_column!r} (the run's "
+            f"data.label_column) to compare the predictions with"
+        )
     labels = label_indices(rows, run.data, spec, "input").numpy() if rows.labels else None
     try:
         split = run.as_split(rows.values, what=args.input)
@@ -200,7 +208,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     columns = run.predict(
         split, samples=args.samples, seed=args.seed, progress=not args.quiet, labels=labels
     )
-    write_predictions(columns, out)
+    inputs = np.array(rows.values, dtype=str) if texts else np.arange(len(rows))
+    write_predictions({"text" if texts else "row": inputs, **columns}, out)
     if out is not None and not args.quiet:
         print(f"wrote {len(rows)} predictions of {args.run_dir} to {out}")
     return 0
@@ -353,6 +362,12 @@ def parser() -> argparse.ArgumentParser:
         "existing file is replaced only with --force",
     )
     predict.add_argument("--force", action="store_true", help="replace an existing --out file")
+    predict.add_argument(
+        "--labels",
+        action="store_true",
+        help="read the input's label column (the run's data.label_column), check it against "
+        "the run's classes and write it beside each prediction; without it, labels are ignored",
+    )
     predict.add_argument(
         "--samples", metavar="S", type=int, help="posterior samples (default: the spec's)"
     )

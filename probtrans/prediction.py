@@ -18,6 +18,10 @@
   99 means farther from the training data than 99 % of the validation inputs;
 * ``label`` — with labels: the class name of the label, or "" where the label is −1 (no class).
 
+``probtrans predict`` puts the input before them, so that each row reads against its input:
+``text`` (the text, as read) or, for images, ``row`` (0-based position in the input); it reads
+the input's labels only when asked (``--labels``).
+
 Entropies are in nats (natural logarithms), computed by :mod:`probtrans.metrics`.
 
 :func:`write_predictions` writes the columns in a file format with a writer
@@ -39,6 +43,7 @@ from probtrans.io import atomic_write
 from probtrans.report import text_table
 
 SHOWN_ROWS = 20  # rows of the table shown on the terminal
+SHOWN_CHARACTERS = 40  # of an input text in that table (files keep it whole)
 
 
 # ----------------------------------------------------------------------------- columns
@@ -135,16 +140,23 @@ def write_predictions(columns: dict[str, np.ndarray], out: Path | None = None) -
 
 
 def format_predictions(columns: dict[str, np.ndarray], max_rows: int = SHOWN_ROWS) -> str:
-    """A text table of ``columns``: numbers with 4 decimals, right-aligned; at most the first
-    ``max_rows`` rows, then a line saying how many more there are."""
+    """A text table of ``columns``: numbers with 4 decimals, right-aligned, texts cut to
+    :data:`SHOWN_CHARACTERS`; at most the first ``max_rows`` rows, then a line saying how many
+    more there are."""
     rows = table_rows(columns)
-    shown = [
-        [f"{value:.4f}" if isinstance(value, float) else str(value) for value in row]
-        for row in rows[:max_rows]
-    ]
+    shown = [[shown_value(value) for value in row] for row in rows[:max_rows]]
     numeric = [np.issubdtype(np.asarray(v).dtype, np.number) for v in columns.values()]
     lines = [text_table([list(columns), *shown], numeric)]
     more = len(rows) - len(shown)
     if more:
         lines.append(f"… and {more} more row{'s' * (more > 1)} (of {len(rows)})")
     return "\n".join(lines)
+
+
+def shown_value(value: object) -> str:
+    """A cell of :func:`format_predictions`: a float with 4 decimals, a text on one line and
+    cut to :data:`SHOWN_CHARACTERS` characters (with "…")."""
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    text = " ".join(str(value).split())
+    return text if len(text) <= SHOWN_CHARACTERS else text[: SHOWN_CHARACTERS - 1] + "…"

@@ -114,10 +114,12 @@ def test_fit_predict_and_evaluate_on_your_own_text_files(project, capsys, tmp_pa
 
     out = tmp_path / "predictions.csv"
     capsys.readouterr()
-    assert main(["predict", str(run), str(inputs / "reviews.tsv"), "--out", str(out)]) == 0
+    argv = ["predict", str(run), str(inputs / "reviews.tsv"), "--out", str(out), "--labels"]
+    assert main(argv) == 0
     rows = read_csv(out)
     assert len(rows) == 10
     assert list(rows[0]) == [
+        "text",
         "predicted",
         "p_neg",
         "p_pos",
@@ -131,6 +133,7 @@ def test_fit_predict_and_evaluate_on_your_own_text_files(project, capsys, tmp_pa
     ]
     truth = [label for _, label in sentences(10, 2)]
     assert [row["label"] for row in rows] == truth
+    assert [row["text"] for row in rows] == [text for text, _ in sentences(10, 2)]
     for row in rows:
         p = np.array([float(row["p_neg"]), float(row["p_pos"])])
         assert p.sum() == pytest.approx(1.0, abs=1e-6)
@@ -195,7 +198,8 @@ def test_a_copied_run_answers_without_its_data_or_cache(project, tmp_path, monke
     monkeypatch.setattr(sys, "stdin", io.StringIO("a really good movie\nan awful plot\n\n"))
     assert main(["predict", str(elsewhere), "-", "--quiet"]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split()[:3] == ["predicted", "p_neg", "p_pos"] and len(table) == 3
+    assert table[0].split()[:4] == ["text", "predicted", "p_neg", "p_pos"] and len(table) == 3
+    assert table[1].startswith("a really good movie")
 
 
 def test_the_command_line_refuses_what_would_lose_or_confuse_data(project, capsys, monkeypatch):
@@ -227,7 +231,15 @@ def test_integer_labels_are_no_classes_of_a_run_of_string_labels(project, tmp_pa
     _, inputs, run = project
     numbered = tmp_path / "numbered.csv"
     numbered.write_text("text,label\na good movie,1\n")  # the run's classes are "neg", "pos"
-    assert main(["predict", str(run), str(numbered), "--quiet"]) == 2
+    assert main(["predict", str(run), str(numbered), "--quiet", "--labels"]) == 2
     assert "numbered.csv:2: label 1 is not one of the classes ['neg', 'pos']" in (
         capsys.readouterr().err
     )
+    # unasked, the label column (another task's, say) is ignored: predict needs no labels
+    assert main(["predict", str(run), str(numbered), "--quiet"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:2] == ["text", "predicted"] and "label" not in table[0].split()
+    unlabelled = tmp_path / "unlabelled.csv"
+    unlabelled.write_text("text\na good movie\n")
+    assert main(["predict", str(run), str(unlabelled), "--quiet", "--labels"]) == 2
+    assert "--labels: no label column 'label'" in capsys.readouterr().err

@@ -89,7 +89,7 @@ def test_a_plugin_format_is_read_predicted_written_and_listed(plugin, tmp_path, 
     inputs.write_text("text|label\nthe film was great|pos\nthe film was awful|neg\n")
     out_csv, out_psv = tmp_path / "out.csv", tmp_path / "out.psv"
     for out in (out_csv, out_psv):
-        argv = ["predict", str(tmp_path / "run"), str(inputs), "--out", str(out), "--quiet"]
+        argv = ["predict", str(tmp_path / "run"), str(inputs), "--out", str(out), "--labels"]
         assert main(argv) == 0
     with open(out_csv, newline="") as fh:
         written = list(csv.DictReader(fh))
