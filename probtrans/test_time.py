@@ -46,7 +46,6 @@ import numpy as np
 import torch
 from pyro import poutine
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from probtrans.adaptation import adapting, em_keys, em_precision, mixture_layers
 from probtrans.attention import MultiHeadAttention, attention_sites
@@ -56,6 +55,7 @@ from probtrans.data import DataSplit
 from probtrans.errors import ProbtransError
 from probtrans.inference.objective import self_guided
 from probtrans.inference.predictive import is_point_mass, posterior_draws, sample_predictive
+from probtrans.progress import progress_bar
 from probtrans.pyro_internals import pyro_sample_names
 
 #: the test-time adaptation methods, by name
@@ -419,7 +419,9 @@ def adapted_predictive(
     located: list[Tensor] = []
     indices = split.batch_indices(batch_size, by_length=True)
     with adaptation:
-        for index in tqdm(indices, desc="adapted predictive", leave=False, disable=not progress):
+        for index in progress_bar(
+            indices, desc="adapted predictive", leave=False, disable=not progress
+        ):
             _, inputs, mask, labels = split.batch(index, trim=not attention)
             adaptation.adapt(inputs, mask, draws, samples, device)
             part = DataSplit(inputs, labels, mask)

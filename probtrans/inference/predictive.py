@@ -21,7 +21,6 @@ import torch
 from pyro import poutine
 from pyro.infer import Predictive
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from probtrans.attention import attention_sites, inducing_sites
 from probtrans.contract import local_params
@@ -29,6 +28,7 @@ from probtrans.data import DataSplit
 from probtrans.elpd import arviz
 from probtrans.inference.objective import self_guided
 from probtrans.model import Classifier
+from probtrans.progress import progress_bar
 
 az = arviz()
 
@@ -127,7 +127,7 @@ def sample_predictive(
     located: list[Tensor] = []  # the split's row numbers of each batch
     rows_per_pass = max(1, batch_size // passes[0][1])
     # rows in order of length, so that token batches carry little padding; order restored below
-    batches = tqdm(
+    batches = progress_bar(
         split.batches(rows_per_pass, trim=not attention, by_length=True),
         total=math.ceil(len(split) / rows_per_pass),
         desc="predictive",

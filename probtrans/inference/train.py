@@ -64,7 +64,6 @@ from pyro.infer import Trace_ELBO
 from pyro.optim.clipped_adam import ClippedAdam
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
-from tqdm.auto import tqdm
 
 from probtrans import metrics
 from probtrans.checkpoint import load_checkpoint, require, save_checkpoint
@@ -84,6 +83,7 @@ from probtrans.inference.objective import (
 from probtrans.inference.predictive import sample_predictive
 from probtrans.inference.training_log import open_log
 from probtrans.model import Classifier
+from probtrans.progress import progress_bar
 from probtrans.pyro_internals import ParamsUnsent, quiet_reads
 from probtrans.specs import InferenceSpec, OptimSpec
 
@@ -491,7 +491,7 @@ class SVITraining:
             generator=self.generator,
             by_length=train.group_by_length,
         )
-        bar = tqdm(
+        bar = progress_bar(
             batches,
             total=self.steps_per_epoch,
             desc=f"epoch {epoch}",
@@ -618,7 +618,7 @@ def train_classifier(
     last = state.epoch if state.stopped else spec.train.epochs
     monitor = f"val_{spec.train.monitor}"
     progress = progress and processes.is_main
-    bar = tqdm(
+    bar = progress_bar(
         range(state.epoch + 1, last + 1),
         desc="SVI",
         unit="epoch",
