@@ -116,9 +116,12 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if not current().is_main:  # rank 0 reports
         return 0
     print_metrics(run.metrics)
-    seconds = read_timing(out)["train_seconds"]
+    timing = read_timing(out)
     print(f"run written to {out}/ (metrics.json, predictive.nc, report.png, checkpoint.pt)")
-    print(f"trained in {seconds:.1f} s (timing.json)")
+    print(
+        f"trained in {timing['train_seconds']:.1f} s, evaluated in "
+        f"{timing['evaluate_seconds']:.1f} s (timing.json)"
+    )
     warn_constant(run.metrics)
     return 0
 

@@ -284,6 +284,7 @@ class Instance:
     labels: dict[str, np.ndarray]  # split → (N,)
     given: dict[str, dict[str, np.ndarray]]  # split → score → (N,): energy, feature scores
     seconds: float  # training
+    eval_seconds: float  # evaluation (its run's, every variant of it)
 
 
 def method_probs(method: Method, folders: list[Path]) -> list[Instance]:
@@ -296,9 +297,10 @@ def method_probs(method: Method, folders: list[Path]) -> list[Instance]:
         check_samples(folder, read_json(folder / "metrics.json", expect=dict), kept.probs)
         if method.variant not in kept.probs:
             raise missing_variant(method)
-        seconds = read_timing(folder).get("train_seconds", 0.0)
+        timing = read_timing(folder)
+        seconds = (timing.get("train_seconds", 0.0), timing.get("evaluate_seconds", 0.0))
         rows.append(
-            Instance(kept.probs[method.variant], kept.labels, kept.given(method.variant), seconds)
+            Instance(kept.probs[method.variant], kept.labels, kept.given(method.variant), *seconds)
         )
     if method.ensemble:
         combined = {s: np.concatenate([r.probs[s] for r in rows]) for s in rows[0].probs}
@@ -309,7 +311,8 @@ def method_probs(method: Method, folders: list[Path]) -> list[Instance]:
             }
             for split in rows[0].given
         }
-        rows = [Instance(combined, rows[0].labels, given, sum(r.seconds for r in rows))]
+        seconds = (sum(r.seconds for r in rows), sum(r.eval_seconds for r in rows))
+        rows = [Instance(combined, rows[0].labels, given, *seconds)]
     if method.temperature:  # tempered logits are not kept: no energy; the features stay
         rows = [
             Instance(
@@ -317,6 +320,7 @@ def method_probs(method: Method, folders: list[Path]) -> list[Instance]:
                 r.labels,
                 {s: {k: v for k, v in by.items() if k != "energy"} for s, by in r.given.items()},
                 r.seconds,
+                r.eval_seconds,
             )
             for r in rows
         ]
@@ -412,6 +416,7 @@ def table_rows(
                 column = f"{set_name} {measure.upper()} (%)"
                 row[column] = mean_std(values, 100) if len(values) == len(sets) else "–"
         row["train s"] = f"{np.mean([r.seconds for r in instances]):.0f}"
+        row["eval s"] = f"{np.mean([r.eval_seconds for r in instances]):.0f}"
         row["paper"] = method.paper
         rows.append(row)
     rank_by_elpd(rows, tests)
@@ -468,7 +473,9 @@ def markdown(
         "metrics.json loo_note says why; also with too few draws). LOO of a posterior over the "
         "head alone is optimistic: the network below saw every example. † a point-mass "
         "posterior (MAP): its LOO is the in-sample log predictive density with p_loo = 0, "
-        "optimistic too, and k̂ does not apply. Rank on the test ELPD.",
+        "optimistic too, and k̂ does not apply. Rank on the test ELPD. train s and eval s: "
+        "the seconds of a run's training and of its evaluation (every variant of the run, "
+        "their draws, feature scores and figures), mean over seeds (an ensemble: the sum).",
     ]
     unreliable = [row["method"] for row in rows if row.get("LOO", "").endswith("!")]
     if unreliable:

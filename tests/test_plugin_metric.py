@@ -71,6 +71,9 @@ def test_a_plugin_metric_is_in_metrics_json_the_tables_and_the_figure(
     assert "fit " not in capsys.readouterr().out  # the run above was reused
     (compared,) = csv.DictReader((out / "table.csv").open())
     assert compared["top2_accuracy"] == f"{100 * written['top2_accuracy']:.2f}"
+    timing = json.loads((run / "timing.json").read_text())  # training and evaluation apart
+    assert compared["train s"] == f"{timing['train_seconds']:.0f}"
+    assert compared["eval s"] == f"{timing['evaluate_seconds']:.0f}"
 
     methods = method_instances(comparison, method_folders(comparison, out))
     _, scores = figure(comparison, methods).subfigs
