@@ -289,7 +289,6 @@ def seeded_draws(
     return posterior_draws(guide, samples, split, device)
 
 
-@caller_random_state()
 def check_attention_options(path: Path, state: dict[str, Any], classifier: Classifier) -> None:
     """Refuse a network rebuilt with attention options other than those the checkpoint was
     trained with (a default that changed since: a swapped block's unset temperature, say),
@@ -311,6 +310,7 @@ def check_attention_options(path: Path, state: dict[str, Any], classifier: Class
                 )
 
 
+@caller_random_state()
 def load_run(run_dir: str | Path, device: str = "cpu", data: DataBundle | None = None) -> Run:
     """Rebuild the classifier and guide of a run folder from its checkpoint, with the spec texts
     the checkpoint keeps (the folder's copies are for reading; a note says if they differ). The
