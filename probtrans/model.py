@@ -130,14 +130,11 @@ class PyroClassifier(PyroModule):
         return []
 
     def attention_options(self) -> dict[str, dict]:
-        """Module path → the options each attention layer was built with, defaults resolved
-        (JSON values): a checkpoint keeps them, so that a network rebuilt from its spec under
-        other defaults is not taken for the one trained."""
-        return {
-            path: module.options.model_dump(mode="json")
-            for path, module in self.named_modules()
-            if isinstance(module, MultiHeadAttention)
-        }
+        """Module path → the options of each attention layer whose unset options were resolved
+        from context when it was built (JSON values; none in a network trained here): a
+        checkpoint keeps them, so that a network rebuilt from its spec under other defaults is
+        not taken for the one trained."""
+        return {}
 
     def head_modules(
         self, net: NetworkSpec, width: int, n_classes: int
@@ -364,6 +361,15 @@ class BackboneClassifier(PyroClassifier, DeepPyroModule):
                 self.put_prior(adapter, name, f"backbone.{path}.{name}", prior.scale)
         if prior.weights in ("lora", "last_layer"):
             self.put_priors(self.head, "head.", prior.scale)
+
+    def attention_options(self) -> dict[str, dict]:
+        """The swapped layers' options, their unset ones taken from the backbone's head size
+        (:func:`probtrans.specs.attention.in_backbone`)."""
+        return {
+            path: module.options.model_dump(mode="json")
+            for path, module in self.named_modules()
+            if isinstance(module, MultiHeadAttention)
+        }
 
     def pretrained_parameters(self) -> list[nn.Parameter]:
         """The backbone's own weights that train (``[optim] backbone_lr`` applies to them): not

@@ -294,7 +294,8 @@ def test_predict_equals_the_predict_command(map_softmax_run, tmp_path):
     with open(out, newline="") as fh:
         rows = list(csv.DictReader(fh))
     columns = Run.load(map_softmax_run).predict(images)
-    assert len(rows) == 6 and list(rows[0]) == list(columns)
+    assert len(rows) == 6 and list(rows[0]) == ["row", *columns]  # the command adds the input
+    assert [row["row"] for row in rows] == [str(i) for i in range(6)]
     for name, values in columns.items():
         written = [row[name] for row in rows]
         if values.dtype.kind in "US":

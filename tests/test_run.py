@@ -454,7 +454,7 @@ def test_predict_out_replaces_an_existing_file_only_with_force(tiny_run, tmp_pat
     assert f"--out {out}: exists" in capsys.readouterr().err
     assert out.read_text() == "the user's own notes\n"
     assert main([*argv, "--force"]) == 0
-    assert out.read_text().startswith("predicted,")
+    assert out.read_text().startswith("row,predicted,")  # the input's position first
 
 
 def test_digits_as_scikit_learn_gives_them_are_refused_by_a_digits_run(tiny_run):

@@ -278,6 +278,9 @@ def train_and_evaluate(
     ``run.path``. ``texts``: what the checkpoint keeps besides the weights (the spec texts, and
     where a guide or the data were given in Python)."""
 
+    options = run.classifier.attention_options()
+    resolved = {"attention_options": json.dumps(options)} if options else {}
+
     def checkpoint(best: BestState, trained: Callable) -> None:
         if guide is None:
             posterior = {"guide_state": best.guide_state}
@@ -291,7 +294,7 @@ def train_and_evaluate(
             run.path / "checkpoint.pt",
             {
                 "model_state": best.model_state,
-                "attention_options": json.dumps(run.classifier.attention_options()),
+                **resolved,
                 **posterior,
                 "epoch": best.epoch,
                 "seed": seed,
