@@ -257,7 +257,8 @@ def uncertainty_histograms(
         value = every.mean() if abs(every.mean()) > CONSTANT_SCORE else 0.0
         note(ax, f"{name} = {value:.3g} for every example:\nnothing to tell apart")
         ax.set_title(f"{short(name)}: the same everywhere")
-        ax.set_xticks([]), ax.set_yticks([])
+        ax.set_xticks([])
+        ax.set_yticks([])
         return
     edges = np.histogram_bin_edges(every, bins=30)
     ax.hist(score_in, bins=edges, density=True, alpha=0.6, color="C0", label=IN_DOMAIN)
