@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from probtrans.attention import MultiHeadAttention
 from probtrans.backbone.lora import FACTORS, add_lora
+from probtrans.backbone.replicas import once_below_randomness
 from probtrans.backbone.swap import sampled_blocks, start_from_pretrained, swap_blocks
 from probtrans.contract import full_precision, local_params, outputs_recorded
 from probtrans.data import DataBundle
@@ -135,6 +136,11 @@ class PyroClassifier(PyroModule):
         checkpoint keeps them, so that a network rebuilt from its spec under other defaults is
         not taken for the one trained."""
         return {}
+
+    def replicas_shared(self, replicas: int) -> AbstractContextManager[None]:
+        """Inside it, a batch of ``replicas`` equal copies may compute what the copies share
+        once (nothing here: a network trained here samples from its first block on)."""
+        return nullcontext()
 
     def head_modules(
         self, net: NetworkSpec, width: int, n_classes: int
@@ -391,6 +397,11 @@ class BackboneClassifier(PyroClassifier, DeepPyroModule):
         with sampled_blocks(self.backbone, layers, tau):
             self.attach_deep()
             yield
+
+    def replicas_shared(self, replicas: int) -> AbstractContextManager[None]:
+        """Inside it, a batch of ``replicas`` equal copies runs the backbone's deterministic
+        lower blocks once (:func:`~probtrans.backbone.replicas.once_below_randomness`)."""
+        return once_below_randomness(self.backbone, replicas)
 
     def encode(self, inputs: Tensor, mask: Tensor | None = None) -> Tensor:
         """inputs: images (B, C, H, W), resized (bilinear) to the backbone's image size, or

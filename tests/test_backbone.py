@@ -10,9 +10,11 @@ import math
 import re
 import shutil
 import warnings
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
+import pyro
 import pytest
 import torch
 from pyro import poutine
@@ -20,10 +22,12 @@ from pyro.nn import PyroModule
 from tokenizers import Tokenizer
 
 import probtrans
+from probtrans.backbone.replicas import block_stack, once_below_randomness
 from probtrans.backbone.swap import attention_blocks, swap_blocks
 from probtrans.data import load_data
 from probtrans.describe import site_table
 from probtrans.errors import ConfigError, ProbtransError
+from probtrans.inference.predictive import sample_predictive
 from probtrans.model import BackboneClassifier, build_classifier
 from probtrans.resolve import load_model_spec, spec_folder, with_local_backbone
 from tests.conftest import tiny_inference
@@ -749,6 +753,103 @@ def test_posthoc_stochastic_attention_is_a_variant_of_a_backbone_run(tmp_path, b
     with pytest.raises(ConfigError, match="stochastic_attention': needs a model.backbone"):
         probtrans.fit(tmp_path / "tiny.toml", inference, out=tmp_path / "no", progress=False)
     assert not (tmp_path / "no").exists() and not (tmp_path / "no.partial").exists()
+
+
+# ------------------------------------------------------------------ replicas share the lower blocks
+
+
+def rows_seen(module: torch.nn.Module) -> list[int]:
+    """The returned list grows by the rows of each call of ``module``."""
+    rows: list[int] = []
+    module.register_forward_pre_hook(lambda _, args: rows.append(len(args[0])))
+    return rows
+
+
+def replicated_predictive(classifier, split, mc_dropout: bool = False) -> np.ndarray:
+    """Class probabilities of 4 replicas of the local randomness, 16 rows a batch, seed 0."""
+    pyro.set_rng_seed(0)
+    return sample_predictive(classifier, None, split, 4, 64, draws={}, mc_dropout=mc_dropout)[
+        "probs"
+    ]
+
+
+@pytest.mark.parametrize("how", ["swapped", "sampled"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_replicas_of_a_batch_run_the_blocks_below_the_random_one_once(
+    tmp_path, backbones, family, how, monkeypatch
+):
+    """With H-STO swapped into the top block (or STO sampled there post hoc), the R = 4
+    replicas of a batch pass the lower block once (16 rows, not 64), and the predictive is the
+    one computed on every copy; the hooks are gone afterwards."""
+    image = family == "vit"
+    swap = '[model.swap]\nlayers = [-1]\nattention = { kind = "h_sto" }\n'
+    model = write_spec(tmp_path, backbones[family], swap if how == "swapped" else "", image)
+    spec = with_local_backbone(load_model_spec(model))
+    data = load_data(spec.data, spec_folder(spec))
+    classifier = build_classifier(spec, data)
+    lower = block_stack(classifier.backbone)[0]
+    rows = rows_seen(attention_blocks(lower)[0].module)
+    sampled = classifier.sampled_attention([-1], 1.0) if how == "sampled" else nullcontext()
+    with sampled:
+        shared = replicated_predictive(classifier, data.train)
+        assert max(rows) == 16 and not lower._forward_hooks and not lower._forward_pre_hooks
+        rows.clear()
+        monkeypatch.setattr(BackboneClassifier, "replicas_shared", lambda *_: nullcontext())
+        every_copy = replicated_predictive(classifier, data.train)
+    assert max(rows) == 64
+    np.testing.assert_allclose(shared, every_copy, rtol=1e-5, atol=1e-6)
+
+
+def test_mc_dropout_replicas_pass_every_block_and_a_batch_of_other_size_runs_as_it_is(
+    tmp_path, backbones
+):
+    """Dropout kept on makes every copy differ from the embeddings on: MC dropout's replicas
+    pass the lower block in full. A batch that is not R equal copies (R does not divide it)
+    runs unchanged."""
+    swap = '[model.swap]\nlayers = [-1]\nattention = { kind = "h_sto" }\n'
+    spec = with_local_backbone(load_model_spec(write_spec(tmp_path, backbones["bert"], swap)))
+    data = load_data(spec.data, spec_folder(spec))
+    classifier = build_classifier(spec, data)
+    backbone = classifier.backbone.eval()
+    rows = rows_seen(attention_blocks(block_stack(backbone)[0])[0].module)
+    replicated_predictive(classifier, data.train, mc_dropout=True)
+    assert max(rows) == 64
+    rows.clear()
+    inputs = model_inputs("bert", backbones["bert"])  # 3 rows
+    with torch.no_grad():
+        pyro.set_rng_seed(0)
+        alone = backbone(**inputs).last_hidden_state
+        with once_below_randomness(backbone, 2):
+            pyro.set_rng_seed(0)
+            inside = backbone(**inputs).last_hidden_state
+    assert rows == [3, 3]
+    torch.testing.assert_close(inside, alone, rtol=0, atol=0)
+
+
+def test_one_pass_over_the_training_split_serves_the_laplace_and_the_feature_scores(
+    tmp_path, backbones, monkeypatch
+):
+    """A MAP backbone run without local randomness: evaluation passes the training split once
+    for the last-layer Laplace and the feature scores together (one pass fewer than each its
+    own), and writes the same metrics and class probabilities."""
+    inference = tiny_inference(tmp_path / "inference", "map")
+    text = inference.read_text().replace("[predictive]", "[predictive]\nposthoc = ['laplace']")
+    inference.write_text(text)
+    run = probtrans.fit(write_spec(tmp_path, backbones["bert"]), inference, out=tmp_path / "run")
+    n_train = len(run.data.train)
+    evaluated = {}
+    for shared in (True, False):
+        if not shared:
+            monkeypatch.setattr(
+                probtrans.runs.evaluation, "shared_training_features", lambda *_: None
+            )
+        folder = shutil.copytree(run.path, tmp_path / f"shared_{shared}")
+        loaded = probtrans.Run.load(folder)
+        rows = rows_seen(attention_blocks(loaded.classifier.backbone)[0].module)
+        probtrans.runs.evaluation.evaluate(loaded)
+        evaluated[shared] = (sum(rows), (folder / "probs.npz").read_bytes())
+    assert evaluated[False][0] - evaluated[True][0] == n_train
+    assert evaluated[True][1] == evaluated[False][1]
 
 
 def test_images_are_standardised_with_the_backbones_image_processor(tmp_path, backbones):

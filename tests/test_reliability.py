@@ -275,6 +275,19 @@ def test_evaluate_moves_the_training_time_of_an_older_run_into_timing_json(tiny_
     assert json.loads((tiny_run / "timing.json").read_text())["train_seconds"] == 12.5
 
 
+def test_evaluate_says_where_its_seconds_went(tiny_run, capsys):
+    """timing.json keeps the seconds of each part of the evaluation (within its total), and the
+    command's last line names the longest ones."""
+    assert main(["evaluate", str(tiny_run), "--quiet"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    timing = json.loads((tiny_run / "timing.json").read_text())
+    parts = timing["evaluate_parts"]
+    assert {"posterior_draws", "predictive", "feature_scores", "metrics", "files"} <= set(parts)
+    assert 0 < sum(parts.values()) <= timing["evaluate_seconds"]
+    longest = max(parts, key=parts.__getitem__)
+    assert f"in {timing['evaluate_seconds']:.1f} s: {longest} {parts[longest]:.0f} s" in last
+
+
 def test_a_network_too_large_for_memory_is_refused_before_anything_is_allocated(tmp_path, capsys):
     spec = tmp_path / "huge.toml"
     spec.write_text(TINY_MODEL.replace("d_model = 16", "d_model = 1048576"))

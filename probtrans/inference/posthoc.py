@@ -26,13 +26,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from probtrans.data import DataBundle
+from probtrans.data import DataBundle, DataSplit
 from probtrans.errors import ConfigError, ProbtransError
 from probtrans.inference.laplace import LastLayerLaplace
 from probtrans.inference.predictive import sample_predictive
 from probtrans.metrics import nll
 from probtrans.model import BackboneClassifier, Classifier
 from probtrans.specs import PredictiveSpec
+from probtrans.stopwatch import Stopwatch
 
 Probs = dict[str, dict[str, np.ndarray]]  # variant → split → (S, N, C)
 Energy = dict[str, dict[str, np.ndarray]]  # variant → split → (N,) mean free energy
@@ -62,6 +63,8 @@ def posterior_predictives(
     device: str = "cpu",
     progress: bool = False,
     predictive: Callable[..., dict[str, np.ndarray]] = sample_predictive,
+    train_features: np.ndarray | None = None,
+    stopwatch: Stopwatch | None = None,
 ) -> tuple[Probs, Energy, dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
     """Class probabilities of the ``plain`` predictive and of ``spec.posthoc``'s variants, the
     free energy of the variants with logits (all but ``laplace``; the mean over samples of
@@ -70,7 +73,11 @@ def posterior_predictives(
     features per split (S, N, D); from the S posterior ``draws`` of the global sites (the same
     draws on every split). ``predictive`` computes each split's predictive: by default
     :func:`~probtrans.inference.predictive.sample_predictive`; a test-time adaptation passes its
-    own, with the same arguments."""
+    own, with the same arguments. ``train_features``: the training split's features (N, D) of
+    the first draw, where the caller has them (:func:`last_layer_laplace`). ``stopwatch``
+    times each variant (``predictive``, ``mc_dropout``, ``stochastic_attention`` with its
+    search of τ, ``laplace``)."""
+    stopwatch = stopwatch or Stopwatch()
     laplace = needs_training_split(spec)
     with_features = laplace or spec.feature_scores
     splits = data.splits()
@@ -89,14 +96,17 @@ def posterior_predictives(
         )
 
     extra = ("features",) * with_features
-    outputs = {"plain": {split: on(split, extra_sites=extra) for split in splits}}
+    with stopwatch.part("predictive"):
+        outputs = {"plain": {split: on(split, extra_sites=extra) for split in splits}}
     if "mc_dropout" in spec.posthoc:
-        outputs["mc_dropout"] = {split: on(split, mc_dropout=True) for split in splits}
+        with stopwatch.part("mc_dropout"):
+            outputs["mc_dropout"] = {split: on(split, mc_dropout=True) for split in splits}
     if "stochastic_attention" in spec.posthoc:
         check_posthoc(classifier, spec)
-        tau, val = stochastic_temperature(classifier, spec, on, data.val.labels.numpy())
-        with classifier.sampled_attention(spec.stochastic_layers, tau):
-            others = {split: on(split) for split in splits if split != "val"}
+        with stopwatch.part("stochastic_attention"):
+            tau, val = stochastic_temperature(classifier, spec, on, data.val.labels.numpy())
+            with classifier.sampled_attention(spec.stochastic_layers, tau):
+                others = {split: on(split) for split in splits if split != "val"}
         outputs["stochastic_attention"] = {"val": val, **others}
     probs = {v: {split: out["probs"] for split, out in by.items()} for v, by in outputs.items()}
     energy = {
@@ -105,7 +115,10 @@ def posterior_predictives(
     plain = outputs["plain"]
     features = {split: out.pop("features") for split, out in plain.items() if with_features}
     if laplace:
-        probs["laplace"] = last_layer_laplace(classifier, data, spec, draws, features, device)
+        with stopwatch.part("laplace"):
+            probs["laplace"] = last_layer_laplace(
+                classifier, data, spec, draws, features, device, train_features
+            )
     return probs, energy, plain, features
 
 
@@ -139,26 +152,20 @@ def last_layer_laplace(
     draws: dict[str, Tensor],
     features: dict[str, np.ndarray],
     device: str = "cpu",
+    train_features: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """Last-layer Laplace predictive from the plain predictive's feature draws (S, N, D); the
-    training features are computed on ``device``, the Laplace on the CPU (where the features
-    are)."""
+    """Last-layer Laplace predictive from the plain predictive's feature draws (S, N, D),
+    fitted on the training split's features (N, D) of the first draw: ``train_features``, or
+    computed on ``device``; the Laplace runs on the CPU (where the features are)."""
     if len(data.train) == 0:
         raise ProbtransError(
             f"{data.name}: no training split to fit the last-layer Laplace on (a run folder "
             f"keeps it only when its inference spec asks for the Laplace or for PSIS-LOO); load "
             f"the run with its data: Run.load(path, data=...)"
         )
-    train = sample_predictive(
-        classifier,
-        None,
-        data.train,
-        1,
-        spec.batch_size,
-        device,
-        extra_sites=("features",),
-        draws={name: value[:1] for name, value in draws.items()},
-    )["features"][0]
+    train = train_features
+    if train is None:
+        train = first_draw_features(classifier, draws, data.train, spec.batch_size, device)
     weight = draws["head.weight"][0] if "head.weight" in draws else classifier.head.weight
     bias = draws["head.bias"][0] if "head.bias" in draws else classifier.head.bias
     posterior = LastLayerLaplace.fit(torch.as_tensor(train), weight, bias)
@@ -167,3 +174,18 @@ def last_layer_laplace(
     else:
         posterior.fit_prior_precision(torch.as_tensor(features["val"]), data.val.labels.numpy())
     return {split: posterior.predictive(torch.as_tensor(f)) for split, f in features.items()}
+
+
+def first_draw_features(
+    classifier: Classifier,
+    draws: dict[str, Tensor],
+    split: DataSplit,
+    batch_size: int,
+    device: str = "cpu",
+) -> np.ndarray:
+    """The pooled features (N, D) of ``split`` under the first of the posterior ``draws``, one
+    sample of any local randomness."""
+    first = {name: value[:1] for name, value in draws.items()}
+    return sample_predictive(
+        classifier, None, split, 1, batch_size, device, extra_sites=("features",), draws=first
+    )["features"][0]

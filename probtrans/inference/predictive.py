@@ -93,6 +93,10 @@ def sample_predictive(
     (condition the model on it and trace), without the two shape-probing model passes
     ``Predictive`` adds to every call.
 
+    The R replicas of one draw in a pass share what the classifier computes before its first
+    randomness (:meth:`~probtrans.model.PyroClassifier.replicas_shared`: a pretrained backbone's
+    lower blocks run once for them).
+
     ``mc_dropout=True`` keeps dropout on (MC dropout, Gal & Ghahramani 2016) and nothing else of
     training mode. ``progress=True`` shows a bar over the batches.
 
@@ -142,7 +146,8 @@ def sample_predictive(
         for (_, replicas), run in zip(passes, conditioned, strict=True):
             rows = inputs.repeat(replicas, *[1] * (inputs.dim() - 1)).to(device)  # sample-major
             rows_mask = None if mask is None else mask.repeat(replicas, 1).to(device)
-            trace = poutine.trace(run).get_trace(rows, rows_mask)
+            with classifier.replicas_shared(replicas):
+                trace = poutine.trace(run).get_trace(rows, rows_mask)
             for name in sites:
                 value = trace.nodes[name]["value"]
                 outputs[name].append(value.reshape(replicas, n, *value.shape[1:]))

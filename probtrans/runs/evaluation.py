@@ -32,7 +32,13 @@ from probtrans.elpd import Loo, psis_loo
 from probtrans.errors import ProbtransError
 from probtrans.feature_scores import FeatureDensity, fit_feature_scores
 from probtrans.inference.objective import ELBO_KEYS
-from probtrans.inference.posthoc import Energy, Probs, posterior_predictives
+from probtrans.inference.posthoc import (
+    Energy,
+    Probs,
+    first_draw_features,
+    needs_training_split,
+    posterior_predictives,
+)
 from probtrans.inference.predictive import (
     draw_predictive,
     global_sites,
@@ -63,6 +69,7 @@ from probtrans.runs.run import Run, load_run
 from probtrans.specs.base import check_seed
 from probtrans.specs.inference import AUTOMATIC_LOO_SAMPLES, PredictiveSpec
 from probtrans.specs.model import OodSetSpec
+from probtrans.stopwatch import Stopwatch
 from probtrans.summary import CONSTANT_NOTE, constant_note, ood_sets, summarise
 from probtrans.test_time import Adaptation, Options, adaptation_options, adapted_predictive
 
@@ -83,6 +90,8 @@ def split_predictives(
     seed: int = 0,
     progress: bool = False,
     adapt: Options | None = None,
+    train_features: np.ndarray | None = None,
+    stopwatch: Stopwatch | None = None,
 ) -> tuple[Probs, Energy, dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
     """The plain posterior predictive and the spec's post-hoc variants on the run's own splits
     (:func:`probtrans.inference.posthoc.posterior_predictives`, with the pooled features where
@@ -90,13 +99,35 @@ def split_predictives(
     sites: S draws of its local randomness, S equal ones without any); the local randomness
     (attention, dropout) is seeded with ``seed`` first, so it is the same whether the draws come
     from the guide or the checkpoint. ``adapt``: each batch predicted after a test-time
-    adaptation to it (:mod:`probtrans.test_time`)."""
+    adaptation to it (:mod:`probtrans.test_time`). ``train_features`` and ``stopwatch``: as
+    :func:`~probtrans.inference.posthoc.posterior_predictives` takes them."""
     pyro.set_rng_seed(seed)
     spec = run.inference_spec.predictive
     predictive = sample_predictive if adapt is None else adapted(adapt)
     return posterior_predictives(
-        run.classifier, draws, run.data, spec, samples, device, progress, predictive
+        run.classifier,
+        draws,
+        run.data,
+        spec,
+        samples,
+        device,
+        progress,
+        predictive,
+        train_features,
+        stopwatch,
     )
+
+
+def shared_training_features(run: Run, draws: Draws, device: str = "cpu") -> np.ndarray | None:
+    """The training split's features (N, D), computed once for the two that read them, the
+    last-layer Laplace and the feature scores, where they read the same values: the draws are
+    a point mass and the network has no local randomness, so one deterministic pass gives
+    every draw's features. None otherwise (each computes its own)."""
+    spec = run.inference_spec.predictive
+    both = needs_training_split(spec) and spec.feature_scores and len(run.data.train) > 0
+    if not both or not is_point_mass(draws) or attention_sites(run.classifier):
+        return None
+    return first_draw_features(run.classifier, draws, run.data.train, spec.batch_size, device)
 
 
 @dataclass
@@ -173,13 +204,20 @@ def likelihoods(
 
 
 def fit_feature_density(
-    run: Run, draws: Draws, device: str = "cpu", seed: int = 0, progress: bool = False
+    run: Run,
+    draws: Draws,
+    device: str = "cpu",
+    seed: int = 0,
+    progress: bool = False,
+    train_features: np.ndarray | None = None,
 ) -> FeatureDensity | None:
     """The feature-space scores of the run (``[predictive] feature_scores``), fitted on the
     training split's pooled features averaged over the posterior ``draws``
     (:func:`probtrans.feature_scores.fit_feature_scores`) and written to ``feature_scores.npz``;
     a folder that keeps no training split keeps the scores it has (None if none, with a note).
-    A class that falls back to the shared covariance, or has no training example, gets a note."""
+    A class that falls back to the shared covariance, or has no training example, gets a note.
+    ``train_features`` (N, D): every draw's features, where one pass gives them
+    (:func:`shared_training_features`)."""
     spec = run.inference_spec.predictive
     path = run.path / FEATURE_FILE
     if not spec.feature_scores:
@@ -196,18 +234,21 @@ def fit_feature_density(
     if not path.is_file() and (run.path / "metrics.json").is_file():
         print(f"note: {run.path}: fitting its feature scores ({FEATURE_FILE})", file=sys.stderr)
     samples = min((len(value) for value in draws.values()), default=1)
-    pyro.set_rng_seed(seed)
-    features = sample_predictive(
-        run.classifier,
-        None,
-        run.data.train,
-        samples,
-        spec.batch_size,
-        device,
-        draws=draws,
-        extra_sites=("features",),
-        progress=progress,
-    )["features"].mean(0)
+    if train_features is not None:  # the S equal draws, averaged as those of a pass would be
+        features = np.broadcast_to(train_features, (samples, *train_features.shape)).mean(0)
+    else:
+        pyro.set_rng_seed(seed)
+        features = sample_predictive(
+            run.classifier,
+            None,
+            run.data.train,
+            samples,
+            spec.batch_size,
+            device,
+            draws=draws,
+            extra_sites=("features",),
+            progress=progress,
+        )["features"].mean(0)
     labels = run.data.train.labels.numpy()
     n_classes = len(run.data.class_names)
     try:
@@ -268,6 +309,7 @@ def evaluate(
     seed: int = 0,
     progress: bool = False,
     adapt: Options | None = None,
+    stopwatch: Stopwatch | None = None,
 ) -> dict[str, Any]:
     """Posterior predictive on the validation and in-domain test splits and every out-of-domain
     set; writes ``predictive.nc`` (:func:`probtrans.inference.predictive.inference_data`),
@@ -277,66 +319,77 @@ def evaluate(
     ``adapt``: the predictive of every split adapts to each test batch first
     (:mod:`probtrans.test_time`; ``metrics["adaptation"]`` names it); the training split's
     features and likelihoods are not adapted. Seeded by ``seed``; the caller's random state is
-    restored on return (:func:`~probtrans.contract.caller_random_state`)."""
+    restored on return (:func:`~probtrans.contract.caller_random_state`). ``stopwatch`` gets
+    the seconds of each part (the predictive and each variant, the training features, the
+    feature scores, the likelihoods and LOO, the metrics and the files)."""
+    stopwatch = stopwatch or Stopwatch()
     samples = run.predictive_samples(samples)
     wanted = max(samples, min(loo_draws(run.inference_spec.predictive), run.kept_draws()))
-    draws = run.posterior_samples(wanted, seed)  # the only draw of the posterior
+    with stopwatch.part("posterior_draws"):
+        draws = run.posterior_samples(wanted, seed)  # the only draw of the posterior
     weights_vary = not is_point_mass(draws)  # else the S draws differ by attention alone
     first = {name: value[:samples] for name, value in draws.items()}
+    with stopwatch.part("training_features"):
+        train_features = shared_training_features(run, first, device)
     probs, energy, plain, features = split_predictives(
-        run, first, samples, device, seed, progress, adapt
+        run, first, samples, device, seed, progress, adapt, train_features, stopwatch
     )
-    density = fit_feature_density(run, first, device, seed, progress)
+    with stopwatch.part("feature_scores"):
+        density = fit_feature_density(run, first, device, seed, progress, train_features)
     feature = split_feature_scores(density, features)
-    labels = split_labels(run.data)
-    scores = summarise(probs["plain"], labels, given_scores(energy["plain"], feature))
-    for variant in sorted(probs.keys() - {"plain"}):
-        given = given_scores(energy.get(variant), feature)
-        variant_scores = summarise(probs[variant], labels, given)
-        scores.update({f"{variant}.{k}": v for k, v in variant_scores.items()})
-    for variant, by_split in sorted(probs.items()):  # the command warns of them at its end
-        note = constant_note(by_split, run.data.class_names)
-        if note is not None:
-            scores[CONSTANT_NOTE if variant == "plain" else f"{variant}.{CONSTANT_NOTE}"] = note
+    with stopwatch.part("metrics"):
+        labels = split_labels(run.data)
+        scores = summarise(probs["plain"], labels, given_scores(energy["plain"], feature))
+        for variant in sorted(probs.keys() - {"plain"}):
+            given = given_scores(energy.get(variant), feature)
+            variant_scores = summarise(probs[variant], labels, given)
+            scores.update({f"{variant}.{k}": v for k, v in variant_scores.items()})
+        for variant, by_split in sorted(probs.items()):  # the command warns of them at its end
+            note = constant_note(by_split, run.data.class_names)
+            if note is not None:
+                scores[CONSTANT_NOTE if variant == "plain" else f"{variant}.{CONSTANT_NOTE}"] = note
     scores["posterior_samples"] = samples
     scores["ood_score"] = run.inference_spec.predictive.ood_score  # the one shown first
     scores["adaptation"] = None if adapt is None else dataclasses.asdict(adapt)
-    write_probs(run.path / "probs.npz", probs, labels, energy, feature)
-    pointwise = likelihoods(run, draws, samples, device, seed, progress)
+    with stopwatch.part("files"):
+        write_probs(run.path / "probs.npz", probs, labels, energy, feature)
+    with stopwatch.part("likelihoods"):
+        pointwise = likelihoods(run, draws, samples, device, seed, progress)
     scores.update(pointwise.metrics())
     if pointwise.loo is not None and not pointwise.loo.reliable:
         print(f"warning: {pointwise.loo.note} (metrics.json: loo_note)", file=sys.stderr)
-    idata = inference_data(
-        plain["test"],
-        labels["test"],
-        run.data.class_names,
-        ood_sets(plain),
-        posterior=pointwise.posterior,
-        train_log_lik=pointwise.train,
-        train_labels=run.data.train.labels.numpy(),
-        train_probs=pointwise.train_probs,
-        test_log_lik=pointwise.test,
-        test_probs=pointwise.test_probs,
-        seed=seed,
-    )
-    write_bytes(run.path / "predictive.nc", netcdf_bytes(idata))
-    figures.save_run_figure(
-        run.path / "report.png",
-        probs["plain"]["test"],
-        labels["test"],
-        ood_sets(probs["plain"]),
-        title=figures.run_title(
-            run.model_spec.data.in_words() if run.model_spec.data.train else run.data.name,
-            run.model_spec.network.in_words(),
-            run.guide_words(),
-            samples,
-            figures.draws_in_words(weights_vary, bool(attention_sites(run.classifier))),
-        ),
-        history=figures.read_history(run.path / "history.json"),
-        given=given_scores(energy["plain"], feature),
-        ood_score=run.inference_spec.predictive.ood_score,
-        weights_vary=weights_vary,
-    )
+    with stopwatch.part("files"):
+        idata = inference_data(
+            plain["test"],
+            labels["test"],
+            run.data.class_names,
+            ood_sets(plain),
+            posterior=pointwise.posterior,
+            train_log_lik=pointwise.train,
+            train_labels=run.data.train.labels.numpy(),
+            train_probs=pointwise.train_probs,
+            test_log_lik=pointwise.test,
+            test_probs=pointwise.test_probs,
+            seed=seed,
+        )
+        write_bytes(run.path / "predictive.nc", netcdf_bytes(idata))
+        figures.save_run_figure(
+            run.path / "report.png",
+            probs["plain"]["test"],
+            labels["test"],
+            ood_sets(probs["plain"]),
+            title=figures.run_title(
+                run.model_spec.data.in_words() if run.model_spec.data.train else run.data.name,
+                run.model_spec.network.in_words(),
+                run.guide_words(),
+                samples,
+                figures.draws_in_words(weights_vary, bool(attention_sites(run.classifier))),
+            ),
+            history=figures.read_history(run.path / "history.json"),
+            given=given_scores(energy["plain"], feature),
+            ood_score=run.inference_spec.predictive.ood_score,
+            weights_vary=weights_vary,
+        )
     return scores
 
 
@@ -381,8 +434,15 @@ def evaluate_run(
         run.path = staged_copy(folder)
         try:
             started = time.perf_counter()
+            stopwatch = Stopwatch()
             scores = evaluate(
-                run, samples=samples, device=device, seed=seed, progress=progress, adapt=options
+                run,
+                samples=samples,
+                device=device,
+                seed=seed,
+                progress=progress,
+                adapt=options,
+                stopwatch=stopwatch,
             )
             scores.update({key: previous[key] for key in ELBO_KEYS if key in previous})  # fit's
             scores.update(RunInfo.read(previous))
@@ -390,6 +450,7 @@ def evaluate_run(
                 # none saved, saved with another checkpoint, or before checkpoints were named
                 save_run_data(run.path, run.data, run.inference_spec.predictive)
             timing["evaluate_seconds"] = time.perf_counter() - started
+            timing["evaluate_parts"] = stopwatch.seconds
             write_json(run.path / "timing.json", timing)
             write_json(run.path / "metrics.json", scores)
             replace_folder(run.path, folder)

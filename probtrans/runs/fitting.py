@@ -65,6 +65,7 @@ from probtrans.specs import (
     updated,
 )
 from probtrans.specs.base import check_seed
+from probtrans.stopwatch import Stopwatch
 
 SpecSource = str | Path | SpecFile
 #: what a keyword of :func:`fit` gives one table of the inference spec: field → value, or the
@@ -322,13 +323,15 @@ def train_and_evaluate(
     if backbone is not None:
         keep_backbone(backbone_folder(backbone, spec_folder(run.model_spec)), run.path)
     started = time.perf_counter()
-    scores = evaluate(run, device=device, seed=seed, progress=progress)
+    stopwatch = Stopwatch()
+    scores = evaluate(run, device=device, seed=seed, progress=progress, stopwatch=stopwatch)
     info = RunInfo(seed, run.inference_spec.train.epochs, result.best.epoch)
     scores.update({**result.elbo_terms, **dataclasses.asdict(info)})  # training-set ELBO
     write_json(run.path / "metrics.json", scores)
     timing = {
         "train_seconds": result.seconds,
         "evaluate_seconds": time.perf_counter() - started,
+        "evaluate_parts": stopwatch.seconds,
         "epoch_seconds": result.epoch_seconds,
     }
     write_json(run.path / "timing.json", timing)

@@ -244,8 +244,9 @@ def replace_folder(new: Path, old: Path) -> None:
 
 def read_timing(folder: Path) -> dict[str, float]:
     """``timing.json`` of a run folder: ``train_seconds`` (summed over resumed sessions),
-    ``epoch_seconds`` (the wall time of each epoch) and ``evaluate_seconds``; empty if the run
-    has none."""
+    ``epoch_seconds`` (the wall time of each epoch), ``evaluate_seconds`` and
+    ``evaluate_parts`` (part → seconds: :func:`probtrans.runs.evaluation.evaluate`); empty if
+    the run has none."""
     path = folder / "timing.json"
     return read_json(path, expect=dict) if path.is_file() else {}
 
