@@ -78,13 +78,12 @@ def check_run_options(args: argparse.Namespace) -> None:
     """``--seed``, ``--device`` and (``evaluate``, ``predict``) ``--samples``, checked before
     anything is loaded."""
     from probtrans.runs.run import check_device
-    from probtrans.specs.base import check_seed
+    from probtrans.specs.base import check_count, check_seed
 
     check_seed(args.seed, f"--seed {args.seed}")
     check_device(args.device, f"--device {args.device}")
     samples = getattr(args, "samples", None)
-    if samples is not None and samples <= 0:
-        raise ProbtransError(f"--samples {samples}: must be > 0")
+    check_count(samples, f"--samples {samples}")
 
 
 def ood_option(text: str) -> tuple[str, str]:

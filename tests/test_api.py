@@ -8,6 +8,7 @@ import functools
 import json
 import math
 import random
+import re
 import subprocess
 import sys
 
@@ -455,3 +456,25 @@ def test_a_fit_without_out_removes_its_temporary_folder_when_closed_or_collected
     del kept
     gc.collect()
     assert (tmp_path / "kept" / "metrics.json").is_file()
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "4"])
+def test_python_samples_and_seeds_are_checked_as_the_command_line_checks_them(tiny_run, bad):
+    """``samples`` and ``seed`` of ``Run.predict``, ``Run.posterior_samples`` and
+    ``evaluate_run``: a value the command line would refuse is one error naming the argument,
+    never taken as the default nor a raw ``TypeError``."""
+    run = Run.load(tiny_run)
+    images = run.data.test.inputs[:3]
+    samples = f"samples = {bad!r}: must be a positive integer"
+    with pytest.raises(ProbtransError, match=re.escape(samples)):
+        run.predict(images, samples=bad)
+    with pytest.raises(ProbtransError, match=re.escape(samples)):
+        run.posterior_samples(bad)
+    with pytest.raises(ProbtransError, match=re.escape(samples)):
+        evaluate_run(tiny_run, samples=bad)
+    if bad != 0:  # a seed may be 0
+        seed = f"seed = {bad!r}: must be an integer in 0"
+        with pytest.raises(ProbtransError, match=re.escape(seed)):
+            run.predict(images, seed=bad)
+        with pytest.raises(ProbtransError, match=re.escape(seed)):
+            run.posterior_samples(2, seed=bad)

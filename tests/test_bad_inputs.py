@@ -312,6 +312,12 @@ edited_model_case(
 inference_case("unknown key", "epochz = 3\n", "unknown key 'predictive.epochz'")
 inference_case("unknown ood_score", 'ood_score = "mahalanobis2"\n', "predictive.ood_score")
 inference_case("knn_neighbours = 0", "knn_neighbours = 0\n", "predictive.knn_neighbours")
+inference_case(
+    "knn_neighbours above the training rows",
+    "knn_neighbours = 5000\n",
+    "predictive.knn_neighbours = 5000: above the",
+    "training rows",
+)
 
 
 def edited_inference_case(name: str, text: str, *names: str) -> None:

@@ -66,7 +66,7 @@ from probtrans.runs.kept import (
     write_probs,
 )
 from probtrans.runs.run import Run, load_run
-from probtrans.specs.base import check_seed
+from probtrans.specs.base import check_count, check_seed
 from probtrans.specs.inference import AUTOMATIC_LOO_SAMPLES, PredictiveSpec
 from probtrans.specs.model import OodSetSpec
 from probtrans.stopwatch import Stopwatch
@@ -416,6 +416,7 @@ def evaluate_run(
     whatever stops the evaluation, the folder is the old run or the new one. The caller's
     random state is restored on return (:func:`~probtrans.contract.caller_random_state`)."""
     seed = check_seed(seed, f"seed = {seed!r}")
+    check_count(samples, f"samples = {samples!r}")
     run = load_run(run_dir, device)
     options = None
     if adapt is not None:

@@ -26,7 +26,7 @@ from probtrans import distributed
 from probtrans.checkpoint import save_checkpoint
 from probtrans.contract import caller_random_state
 from probtrans.data import DataBundle, load_data
-from probtrans.errors import ProbtransError, in_file
+from probtrans.errors import ConfigError, ProbtransError, in_file
 from probtrans.hub import backbone_folder, keep_backbone
 from probtrans.inference.guide import GuideChoice
 from probtrans.inference.posthoc import check_posthoc
@@ -226,6 +226,8 @@ def fit(
         pyro.set_rng_seed(seed)  # the initial weights too depend on the seed
         classifier = build_classifier(model_spec, data)
         check_posthoc(classifier, inference_spec.predictive)
+    with in_file(inference_spec.file):
+        check_knn_neighbours(inference_spec.predictive, data)
     run = Run(model_spec, inference_spec, data, classifier, None, out_dir)
     run.guide_name = origin.get("guide_label", "")
     staging = staging_folder(out_dir)
@@ -264,6 +266,23 @@ def fit(
     if temporary and not processes.distributed:  # several processes: the folder is left
         run.own_temporary_folder()
     return run
+
+
+def check_knn_neighbours(spec: PredictiveSpec, data: DataBundle) -> None:
+    """Refuse, before any training, a ``knn_neighbours`` set above the training rows: the
+    k-NN score would be the distance to the farthest training feature. (Left unset, the
+    default k is taken down to the rows there are.)"""
+    rows = len(data.train)
+    if (
+        spec.feature_scores
+        and "knn_neighbours" in spec.model_fields_set
+        and spec.knn_neighbours > rows
+    ):
+        raise ConfigError(
+            f"predictive.knn_neighbours = {spec.knn_neighbours}: above the {rows} training "
+            f"rows of {data.name} (the k-NN score would be the distance to the farthest "
+            f"training feature); set it to at most {rows}"
+        )
 
 
 def train_and_evaluate(

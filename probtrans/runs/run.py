@@ -41,6 +41,7 @@ from probtrans.runs.kept import (
 )
 from probtrans.runs.network import TrainedNetwork, new_inputs
 from probtrans.specs import InferenceSpec, ModelSpec
+from probtrans.specs.base import check_count, check_seed
 from probtrans.test_time import Options, adaptation_options, adapted_predictive
 
 #: the devices a run is fitted, evaluated or asked on
@@ -104,7 +105,9 @@ class Run(TemporaryFolder):
         return guide_in_words(self.describe_guide(), weight_priors, inducing, bool(self.guide_name))
 
     def predictive_samples(self, asked: int | None = None) -> int:
-        """The posterior draws of a predictive: ``asked``, else ``[predictive] samples``."""
+        """The posterior draws of a predictive: ``asked`` (a positive integer), else
+        ``[predictive] samples``."""
+        check_count(asked, f"samples = {asked!r}")
         return asked or self.inference_spec.predictive.samples
 
     @caller_random_state()
@@ -114,8 +117,8 @@ class Run(TemporaryFolder):
         folder, the first S of the draws its checkpoint keeps. The draws are taken one after
         the other, so the first S of more draws with one seed are these S. The caller's random
         state is restored on return (:func:`~probtrans.contract.caller_random_state`)."""
-        if samples <= 0:
-            raise ProbtransError(f"samples = {samples}: must be > 0")
+        check_count(samples, f"samples = {samples!r}")
+        seed = check_seed(seed, f"seed = {seed!r}")
         if self.guide is None:
             assert self.draws is not None
             kept = self.kept_draws()
@@ -161,6 +164,7 @@ class Run(TemporaryFolder):
         ``seed``; the caller's random state is restored on return
         (:func:`~probtrans.contract.caller_random_state`)."""
         samples = self.predictive_samples(samples)
+        seed = check_seed(seed, f"seed = {seed!r}")
         split = inputs if isinstance(inputs, DataSplit) else self.as_split(inputs)
         draws = self.posterior_samples(samples, seed)
         pyro.set_rng_seed(seed)  # the local randomness, as in evaluation

@@ -41,6 +41,14 @@ def check_seed(seed: int, label: str) -> int:
     return seed
 
 
+def check_count(value: int | None, label: str) -> int | None:
+    """``value`` if it is None (the default) or a positive integer (posterior samples,
+    epochs); else an error that names it as ``label`` (``"--samples 0"``, ``"samples = 2.5"``)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ProbtransError(f"{label}: must be a positive integer")
+    return value
+
+
 class Spec(BaseModel):
     """A table of a spec file: unknown keys refused, values neither converted nor infinite."""
 
