@@ -217,7 +217,7 @@ class FeatureDensity:
         missing = [name for name in cls.__dataclass_fields__ if name not in arrays]
         if missing:
             raise ProbtransError(f"feature scores: the saved arrays lack {', '.join(missing)}")
-        return cls(
+        density = cls(
             n_classes=int(arrays["n_classes"]),
             classes=np.asarray(arrays["classes"]),
             means=np.asarray(arrays["means"]),
@@ -230,6 +230,42 @@ class FeatureDensity:
             knn_train=np.asarray(arrays["knn_train"]),
             k=int(arrays["k"]),
         )
+        density.check()
+        return density
+
+    def check(self) -> None:
+        """Refuse a state that no fit gives (read from a damaged or edited file): shapes that
+        disagree with K classes of D dimensions and N training rows, a k of k-NN outside
+        1 … N, class ids outside 0 … C − 1, or values that are not finite."""
+        n_known, dim = self.means.shape if self.means.ndim == 2 else (-1, -1)
+        rows = len(self.knn_train) if self.knn_train.ndim == 2 else -1
+        expected = {
+            "classes": (n_known,),
+            "weights": (n_known,),
+            "shared_cholesky": (dim, dim),
+            "class_cholesky": (n_known, dim, dim),
+            "background_mean": (dim,),
+            "background_cholesky": (dim, dim),
+            "knn_train": (rows, dim),
+        }
+        problems = [
+            f"{name} of shape {getattr(self, name).shape}, not {shape}"
+            for name, shape in expected.items()
+            if getattr(self, name).shape != shape
+        ]
+        if dim < 1 or n_known < 1:
+            problems.insert(0, f"means of shape {self.means.shape}, not (classes, dimensions)")
+        if problems:
+            raise ProbtransError(f"feature scores: {'; '.join(problems)}")
+        if not 1 <= self.k <= rows:
+            raise ProbtransError(f"feature scores: k = {self.k} for {rows} training rows")
+        if self.classes.size and not 0 <= self.classes.min() <= self.classes.max() < self.n_classes:
+            raise ProbtransError(
+                f"feature scores: class ids {self.classes.tolist()} for {self.n_classes} classes"
+            )
+        for name in expected.keys() | {"means"}:
+            if not np.isfinite(getattr(self, name)).all():
+                raise ProbtransError(f"feature scores: {name} holds NaN or infinite values")
 
 
 def fit_feature_scores(

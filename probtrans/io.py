@@ -117,6 +117,7 @@ class DamagedFile(ProbtransError):
 
     def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
         self.path = Path(path)
+        self.reason = reason
         super().__init__(f"{path}: {reason}")
 
 

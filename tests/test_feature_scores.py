@@ -277,3 +277,60 @@ def test_a_run_without_feature_scores_is_fitted_by_evaluate_and_noted_by_predict
     assert "fitting its feature scores" in capsys.readouterr().err
     assert (run.path / "feature_scores.npz").is_file()
     assert set(FEATURE_SCORES) <= set(Run.load(run.path).predict(run.data.test))
+
+
+def edited(path, **changes) -> None:
+    """Rewrite the ``.npz`` at ``path`` with some arrays replaced."""
+    arrays = dict(np.load(path))
+    arrays.update({name: np.asarray(value) for name, value in changes.items()})
+    np.savez(path, **arrays)
+
+
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        ("foreign", "fitted for another checkpoint than this run's"),
+        ("nan_means", "means holds NaN or infinite values"),
+        ("k_above_rows", "k = 100000 for"),
+        ("classes", "fitted for 12 classes; this run's network has 8"),
+        ("width", "knn_train of shape"),
+    ],
+)
+def test_a_feature_score_file_not_of_its_run_is_refused_by_predict_and_refitted_by_evaluate(
+    tmp_path, tiny_model_file, damage, reason, capsys
+):
+    """``feature_scores.npz`` is tied to its checkpoint and checked: one copied from another
+    run, or holding NaN, a k above its training rows, another class count or inconsistent
+    shapes, is refused by ``predict`` in one error naming the file and the command that
+    refits it; ``evaluate`` refits it, and ``predict`` then works."""
+    import shutil
+
+    from probtrans.cli import main
+    from probtrans.io import DamagedFile
+    from probtrans.runs import Run, fit
+    from tests.conftest import tiny_inference
+
+    inference = tiny_inference(tmp_path, "map")
+    run = fit(tiny_model_file, inference, out=tmp_path / "run", epochs=1)
+    path = run.path / "feature_scores.npz"
+    if damage == "foreign":
+        other = fit(tiny_model_file, inference, out=tmp_path / "other", epochs=1, seed=1)
+        shutil.copyfile(other.path / "feature_scores.npz", path)
+    elif damage == "nan_means":
+        means = np.load(path)["means"].copy()
+        means[0, 0] = np.nan
+        edited(path, means=means)
+    elif damage == "k_above_rows":
+        edited(path, k=100000)
+    elif damage == "classes":
+        edited(path, n_classes=12)
+    else:  # features of another width than the kept class means
+        edited(path, knn_train=np.load(path)["knn_train"][:, :3])
+    with pytest.raises(DamagedFile) as refused:
+        Run.load(run.path).predict(run.data.test)
+    message = str(refused.value)
+    assert message.startswith(f"{path}: ") and reason in message, message
+    assert f"probtrans evaluate {run.path} fits them again" in message
+    assert main(["evaluate", str(run.path), "--quiet"]) == 0
+    columns = Run.load(run.path).predict(run.data.test)
+    assert set(FEATURE_SCORES) <= set(columns)

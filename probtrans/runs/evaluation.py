@@ -48,7 +48,7 @@ from probtrans.inference.predictive import (
     sample_predictive,
     varies_in_the_head_only,
 )
-from probtrans.io import read_json, write_bytes, write_json, write_npz
+from probtrans.io import read_json, write_bytes, write_json
 from probtrans.lock import folder_lock
 from probtrans.runs.folder import (
     FEATURE_FILE,
@@ -63,6 +63,7 @@ from probtrans.runs.kept import (
     checkpoint_fingerprint,
     given_scores,
     read_feature_density,
+    write_feature_density,
     write_probs,
 )
 from probtrans.runs.run import Run, load_run
@@ -224,7 +225,7 @@ def fit_feature_density(
         return None
     if len(run.data.train) == 0:
         if path.is_file():
-            return read_feature_density(path)
+            return read_feature_density(path, *run.feature_shape())
         print(
             f"note: {run.path}: no feature scores: the folder keeps no training split to fit "
             f"them on (a run written before they were fitted; fit it again to have them)",
@@ -268,7 +269,7 @@ def fit_feature_density(
         if classes:
             listed = ", ".join(repr(names[c]) for c in classes)
             print(f"note: feature scores: the classes {listed} have {what}", file=sys.stderr)
-    write_npz(path, density.to_arrays())
+    write_feature_density(path, density)
     return density
 
 

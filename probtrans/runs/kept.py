@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from probtrans.errors import ProbtransError
 from probtrans.feature_scores import FeatureDensity
 from probtrans.inference.posthoc import Energy, Probs
 from probtrans.io import DamagedFile, checked_read, read_npz, write_npz
@@ -167,11 +168,42 @@ def probs_origin(folder: Path, kept: KeptPredictives) -> str:
     return "this run" if kept.fingerprint == own else "another run"
 
 
-def read_feature_density(path: Path) -> FeatureDensity:
-    """The feature-space scores kept in a run folder's ``feature_scores.npz``."""
-    arrays = read_npz(path)
+def write_feature_density(path: Path, density: FeatureDensity) -> None:
+    """``feature_scores.npz``: the fitted scores (:meth:`FeatureDensity.to_arrays`) and the
+    :func:`checkpoint_fingerprint` of the run in the folder it is written into."""
+    arrays = density.to_arrays()
+    fingerprint = checkpoint_fingerprint(Path(path).parent)
+    if fingerprint is not None:
+        arrays[FINGERPRINT] = np.array(fingerprint)
+    write_npz(path, arrays)
+
+
+def read_feature_density(
+    path: Path, n_classes: int | None = None, dim: int | None = None
+) -> FeatureDensity:
+    """The feature-space scores kept in a run folder's ``feature_scores.npz``. Checked: fitted
+    from the folder's own checkpoint (where the file says which), consistent
+    (:meth:`FeatureDensity.check`: shapes, k, finite values) and, given them, of the run's
+    ``n_classes`` and feature width ``dim``; else a :class:`DamagedFile` naming the file."""
+    arrays = dict(read_npz(path))
+    fingerprint = arrays.pop(FINGERPRINT, None)
+    own = checkpoint_fingerprint(Path(path).parent)
+    if fingerprint is not None and own is not None and str(fingerprint) != own:
+        raise DamagedFile(
+            path, "fitted for another checkpoint than this run's (copied from another run?)"
+        )
     with checked_read(path, "feature scores"):
-        return FeatureDensity.from_arrays(arrays)
+        try:
+            density = FeatureDensity.from_arrays(arrays)
+        except ProbtransError as err:
+            raise DamagedFile(path, str(err).removeprefix("feature scores: ")) from None
+    for what, kept, run in (
+        ("classes", density.n_classes, n_classes),
+        ("dimensions", density.dim, dim),
+    ):
+        if run is not None and kept != run:
+            raise DamagedFile(path, f"fitted for {kept} {what}; this run's network has {run}")
+    return density
 
 
 def check_samples(folder: Path, metrics: dict[str, Any], probs: Probs) -> None:

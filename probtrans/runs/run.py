@@ -27,7 +27,7 @@ from probtrans.feature_scores import FeatureDensity
 from probtrans.hub import run_backbone
 from probtrans.inference.guide import build_guide, guide_in_words
 from probtrans.inference.predictive import posterior_draws, sample_predictive
-from probtrans.io import TemporaryFolder, read_json
+from probtrans.io import DamagedFile, TemporaryFolder, read_json
 from probtrans.model import Classifier, build_classifier
 from probtrans.prediction import prediction_columns
 from probtrans.resolve import load_inference_spec, load_model_spec, spec_folder
@@ -236,7 +236,12 @@ class Run(TemporaryFolder):
         fits them)."""
         path = self.path / FEATURE_FILE
         if path.is_file():
-            return read_feature_density(path)
+            try:
+                return read_feature_density(path, *self.feature_shape())
+            except DamagedFile as err:
+                raise DamagedFile(
+                    path, f"{err.reason}; probtrans evaluate {self.path} fits them again"
+                ) from None
         if self.inference_spec.predictive.feature_scores:
             print(
                 f"note: {self.path} has no feature scores ({FEATURE_FILE}: written before runs "
@@ -244,6 +249,11 @@ class Run(TemporaryFolder):
                 file=sys.stderr,
             )
         return None
+
+    def feature_shape(self) -> tuple[int, int | None]:
+        """The classes and the width of the features the run's network gives (the width: None
+        for a head that is not a linear map)."""
+        return len(self.data.class_names), getattr(self.classifier.head, "in_features", None)
 
     def as_split(
         self, inputs: list[str] | torch.Tensor | np.ndarray, what: str = "inputs"
