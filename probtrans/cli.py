@@ -28,6 +28,7 @@ from pathlib import Path
 from types import FrameType
 
 from probtrans.errors import ConfigError, ProbtransError, refused_write
+from probtrans.io import STOP_SIGNALS
 from probtrans.metrics import UNCERTAINTY_SCORES
 
 DEFAULT_MODEL = "models/digits/h_sto.toml"
@@ -112,6 +113,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         force=args.force,
     )
+    args.done = f"the run was written to {out}/"  # a stop signal now loses nothing
     if not current().is_main:  # rank 0 reports
         return 0
     print_metrics(run.metrics)
@@ -160,6 +162,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         adapt=args.adapt,
         adapt_online=args.adapt_online,
     )
+    args.done = f"{args.run_dir} was re-evaluated"
     print_metrics(scores)
     adapted = f", adapted to each test batch by {args.adapt}" if args.adapt else ""
     timing = read_timing(Path(args.run_dir))
@@ -257,9 +260,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         comparison = updated(comparison, {"epochs": args.epochs}, f"--epochs = {args.epochs}")
     if args.ood_score is not None:
         comparison = updated(comparison, {"ood_score": args.ood_score}, "--ood-score")
-    print(
-        compare(comparison, args.out, progress=not args.quiet, device=args.device, force=args.force)
+    table = compare(
+        comparison, args.out, progress=not args.quiet, device=args.device, force=args.force
     )
+    args.done = f"the comparison was written to {args.out}/"
+    print(table)
     return 0
 
 
@@ -443,8 +448,6 @@ def parser() -> argparse.ArgumentParser:
 
 #: the commands that may run as several processes under torchrun
 DATA_PARALLEL = ("fit", "compare")
-#: the signals a job scheduler (or ``timeout``) stops a command with, handled as Ctrl-C
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 class Stopped(KeyboardInterrupt):
@@ -460,11 +463,17 @@ class Stopped(KeyboardInterrupt):
 STOP_RETRY_SECONDS = 0.01
 
 
+#: the modules whose functions run as weak-reference callbacks (a dictionary's entry removed)
+WEAKREF_MODULES = ("weakref.py", "_weakrefset.py")
+
+
 def in_finaliser(frame: FrameType | None) -> bool:
-    """Whether ``frame`` runs inside a ``__del__`` method, where Python prints an exception
-    and drops it ("Exception ignored in ...") instead of raising it."""
+    """Whether ``frame`` may run inside a finaliser, a ``__del__`` method or a weak-reference
+    callback (``WeakValueDictionary``'s), where Python prints an exception and drops it
+    ("Exception ignored in ...") instead of raising it."""
     while frame is not None:
-        if frame.f_code.co_name == "__del__":
+        code = frame.f_code
+        if code.co_name == "__del__" or Path(code.co_filename).name in WEAKREF_MODULES:
             return True
         frame = frame.f_back
     return False
@@ -548,6 +557,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as err:
         stopped = isinstance(err, Stopped)
         how = f"stopped by {err}" if stopped else "interrupted"
+        if getattr(args, "done", None):  # the work was complete: nothing was lost
+            print(f"note: probtrans {args.command}: {how} after {args.done}", file=sys.stderr)
+            return 0
         err.args = ()  # the message is the notes alone
         print(f"error: probtrans {args.command}: {how}{with_notes(err)}", file=sys.stderr)
         return 128 + err.signum if stopped else 130

@@ -42,7 +42,10 @@ empty, or holding the ``comparison.json`` that compare writes beside its table (
 compare wrote one, nothing but ``table.md``, ``table.csv``, ``figure.png`` and ``runs/``, with
 ``runs/`` or all three of the others). A folder of the user's, holding anything else, is refused
 unless ``force`` (``--force``): then compare writes its files into it, replacing those of the
-same names, and leaves the others as they are.
+same names, and leaves the others as they are. One compare at a time writes into ``OUT``: it
+holds the lock ``OUT.lock`` from its checks to its last file, and a second one is refused,
+naming the process that holds it. The table, the CSV, the figure and ``comparison.json`` are
+published as one set: whatever signal stops compare, they are all the earlier ones or all new.
 
 The table and the figure read each method's runs from folders given by method name
 (:data:`Folders`): those under ``OUT/runs/`` here, those of guides given in Python in
@@ -51,6 +54,7 @@ The table and the figure read each method's runs from folders given by method na
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import sys
@@ -66,7 +70,15 @@ from probtrans.checkpoint import load_checkpoint, require
 from probtrans.data.sources import is_image, ood_set_names
 from probtrans.elpd import POINT_MASS, UNRELIABLE, heldout_elpd, standard_error
 from probtrans.errors import ConfigError, ProbtransError
-from probtrans.io import is_temporary_file, read_json, save_png, write_json, write_text
+from probtrans.io import (
+    is_temporary_file,
+    json_text,
+    png_writer,
+    read_json,
+    text_writer,
+    write_together,
+)
+from probtrans.lock import folder_lock
 from probtrans.metrics import METRICS, UNCERTAINTY_SCORES
 from probtrans.resolve import load_inference_spec, load_model_spec
 from probtrans.runs import fit
@@ -504,14 +516,24 @@ def compare(
 ) -> str:
     """Train what is missing, then write ``OUT/table.md``, ``OUT/table.csv``,
     ``OUT/figure.png`` and ``OUT/comparison.json``; returns the Markdown table. ``OUT`` must be
-    absent, empty or compare's own, unless ``force`` (:func:`check_output_folder`)."""
+    absent, empty or compare's own, unless ``force`` (:func:`check_output_folder`), and no
+    other compare may be writing it: the lock ``OUT.lock`` is held throughout
+    (:func:`~probtrans.lock.folder_lock`)."""
     out = Path(out)
     start = time.perf_counter()
+    processes = distributed.current()
     check_methods(comparison)
-    distributed.current().share(lambda: check_output_folder(out, force))
-    ensure_runs(comparison, out, progress, device)
-    folders = method_folders(comparison, out)
-    text = distributed.current().share(lambda: write_results(comparison, out, folders)[1])
+    processes.share(lambda: check_output_folder(out, force))
+    with contextlib.ExitStack() as held:
+
+        def lock() -> None:  # on rank 0: one compare at a time writes into OUT
+            held.enter_context(folder_lock(out, "probtrans compare"))
+            check_output_folder(out, force)  # again, now that no other compare writes it
+
+        processes.share(lock)
+        ensure_runs(comparison, out, progress, device)
+        folders = method_folders(comparison, out)
+        text = processes.share(lambda: write_results(comparison, out, folders)[1])
     print(f"compare: {time.perf_counter() - start:.0f} s (training included)")
     return text
 
@@ -520,8 +542,10 @@ def write_results(
     comparison: Comparison, out: Path, folders: Folders
 ) -> tuple[list[dict[str, str]], str, Figure]:
     """``OUT/table.md``, ``OUT/table.csv`` and ``OUT/figure.png`` of the finished runs in
-    ``folders``, and ``OUT/comparison.json``, by which compare knows the folder as its own;
-    returns the table's rows, the Markdown table and the figure."""
+    ``folders``, and ``OUT/comparison.json``, by which compare knows the folder as its own,
+    written as one set (:func:`~probtrans.io.write_together`: whatever stops compare, the four
+    are all the earlier ones or all new); returns the table's rows, the Markdown table and
+    the figure."""
     predictives = method_instances(comparison, folders)
     rows = table_rows(comparison, folders, predictives)
     constant = constant_methods(predictives)
@@ -535,9 +559,13 @@ def write_results(
     writer.writerows(rows)
     methods = [method.name for method in comparison.method]
     marker = {"written_by": "probtrans compare", "title": comparison.title, "methods": methods}
-    write_json(out / MARKER, marker)
-    write_text(out / "table.md", text)
-    write_text(out / "table.csv", buffer.getvalue())
     drawn = figure(comparison, predictives)
-    save_png(drawn, out / "figure.png")
+    write_together(
+        {
+            out / MARKER: text_writer(json_text(marker)),
+            out / "table.md": text_writer(text),
+            out / "table.csv": text_writer(buffer.getvalue()),
+            out / "figure.png": png_writer(drawn),
+        }
+    )
     return rows, text, drawn

@@ -2,7 +2,8 @@
 
 Every writer goes through :func:`atomic_write`: the content is written into a temporary sibling
 and renamed over the target, so a reader never sees a half-written file and a failure leaves the
-previous file as it was. A writer killed before the rename leaves its temporary sibling
+previous file as it was; :func:`write_together` does so for a set of files that must change
+together, whatever signal comes. A writer killed before the rename leaves its temporary sibling
 (``.NAME.*.partial``) behind; :func:`remove_temporary_files` clears a folder of them.
 :class:`TemporaryFolder` is the lifetime of a result written into a temporary folder of its own.
 """
@@ -12,7 +13,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import weakref
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
@@ -34,24 +37,64 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], Any]) -> 
     WRITE_REFUSED`) raises :class:`~probtrans.errors.WriteRefused` naming ``path``; the previous
     file is left as it was either way."""
     path = Path(path)
-    prefix, suffix = _TEMPORARY.format(name=path.name).split("*")
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
-        os.close(fd)
-        write(Path(tmp))
-        os.chmod(tmp, 0o666 & ~_umask())  # as open() would create it, not mkstemp's 0600
-        os.replace(tmp, path)
-    except OSError as err:
-        refused = refused_write(err, path)
-        if refused is None:
-            raise
-        raise refused from None
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
+    write_together({path: write})
     return path
+
+
+def write_together(writes: Mapping[Path, Callable[[Path], Any]]) -> None:
+    """Write several files as one set: each through ``write(tmp_path)`` into a temporary
+    sibling (as :func:`atomic_write`), then all renamed into place while the stop signals
+    are held back (:func:`signals_held`), so that a signal at any moment leaves every file
+    as it was or every file new; a signal that came meanwhile is delivered after the renames.
+    A failed or refused write leaves every file as it was."""
+    written: dict[Path, str] = {}
+    try:
+        for path, write in writes.items():
+            prefix, suffix = _TEMPORARY.format(name=path.name).split("*")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd, written[path] = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
+                os.close(fd)
+                write(Path(written[path]))
+                os.chmod(written[path], 0o666 & ~_umask())  # as open() would, not mkstemp's 0600
+            except OSError as err:
+                raise refused_write(err, path) or err from None
+        with signals_held():
+            for path, tmp in written.items():
+                try:
+                    os.replace(tmp, path)
+                except OSError as err:
+                    raise refused_write(err, path) or err from None
+    finally:
+        for tmp in written.values():
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+
+#: the signals a job scheduler (or ``timeout``, or a closed terminal) stops a command with;
+#: the command handles them as Ctrl-C (:func:`probtrans.cli.stop_signals_as_interrupts`)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Inside the block Ctrl-C (SIGINT) and the :data:`STOP_SIGNALS` wait: their Python
+    handlers only note them, and the first that arrived is raised again once the block ends and
+    the handlers are back. (Blocking them with ``pthread_sigmask`` would not do: another thread
+    of the process, torch's or tqdm's, receives a signal sent to the process.)"""
+    if threading.current_thread() is not threading.main_thread():  # handlers are set there
+        yield
+        return
+    arrived: list[int] = []
+    held = [s for s in (signal.SIGINT, *STOP_SIGNALS) if signal.getsignal(s) is not None]
+    previous = {s: signal.signal(s, lambda signum, _: arrived.append(signum)) for s in held}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if arrived:
+            signal.raise_signal(arrived[0])
 
 
 def write_bytes(path: str | os.PathLike[str], content: bytes) -> Path:
@@ -80,12 +123,22 @@ def remove_temporary_files(folder: str | os.PathLike[str]) -> list[Path]:
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
-    return atomic_write(path, lambda tmp: tmp.write_text(text))
+    return atomic_write(path, text_writer(text))
+
+
+def text_writer(text: str) -> Callable[[Path], Any]:
+    """What writes ``text`` into a file (:func:`write_together`)."""
+    return lambda tmp: tmp.write_text(text)
 
 
 def write_json(path: str | os.PathLike[str], value: object) -> Path:
     """``value`` as indented JSON with a final newline."""
-    return write_text(path, json.dumps(value, indent=2) + "\n")
+    return write_text(path, json_text(value))
+
+
+def json_text(value: object) -> str:
+    """``value`` as :func:`write_json` writes it: indented JSON with a final newline."""
+    return json.dumps(value, indent=2) + "\n"
 
 
 class TemporaryFolder:
@@ -166,7 +219,12 @@ def json_kind(value: Any) -> str:
 
 def save_png(figure: Any, path: str | os.PathLike[str], dpi: int = 120) -> Path:
     """Render a matplotlib ``Figure`` to the PNG ``path``."""
-    return atomic_write(path, lambda tmp: figure.savefig(tmp, format="png", dpi=dpi))
+    return atomic_write(path, png_writer(figure, dpi))
+
+
+def png_writer(figure: Any, dpi: int = 120) -> Callable[[Path], Any]:
+    """What writes the matplotlib ``figure`` as a PNG file (:func:`write_together`)."""
+    return lambda tmp: figure.savefig(tmp, format="png", dpi=dpi)
 
 
 def write_npz(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray]) -> Path:

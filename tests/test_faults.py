@@ -11,7 +11,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -210,3 +212,145 @@ def test_a_sigterm_that_arrives_inside_a_finaliser_still_stops_the_command():
             while time.monotonic() < deadline:
                 time.sleep(0.001)
     assert stop.value.signum == signal.SIGTERM
+
+
+def test_a_sigterm_inside_a_weak_reference_callback_still_stops_the_command():
+    """A signal that lands in a weak-reference callback (``weakref.finalize``, a
+    ``WeakValueDictionary`` entry removed), where Python also drops exceptions, is sent again
+    and stops the block."""
+
+    class Collected:
+        pass
+
+    with pytest.raises(Stopped) as stop:
+        with stop_signals_as_interrupts():
+            collected = Collected()
+            weakref.finalize(collected, os.kill, os.getpid(), signal.SIGTERM)
+            del collected  # the callback runs here, and the signal arrives inside it
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                time.sleep(0.001)
+    assert stop.value.signum == signal.SIGTERM
+
+
+def test_a_stop_signal_after_the_run_is_written_exits_0_and_says_so(
+    tmp_path, tiny_model_file, monkeypatch, capsys
+):
+    """SIGTERM the moment ``fit`` has written its run (while it prints the metrics): the run is
+    complete, so the exit is 0 with a note, not a false failure."""
+    import probtrans.cli
+
+    printed = probtrans.cli.print_metrics
+
+    def terminated_while_printing(metrics):
+        os.kill(os.getpid(), signal.SIGTERM)
+        printed(metrics)
+
+    monkeypatch.setattr(probtrans.cli, "print_metrics", terminated_while_printing)
+    out = tmp_path / "run"
+    inference = tiny_inference(tmp_path, "map")
+    argv = ["fit", str(tiny_model_file), "--inference", str(inference), "--out", str(out)]
+    assert main([*argv, "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert f"note: probtrans fit: stopped by SIGTERM after the run was written to {out}/" in err
+    assert consistent(out) == 4 and not lock_path(out).exists()
+
+
+# ------------------------------------------------------------------------- compare's output folder
+#: what compare publishes as one set
+COMPARE_OUTPUTS = ("comparison.json", "table.md", "table.csv", "figure.png")
+
+
+def compare_argv(model: Path, inferences: list[Path], out: Path) -> list[str]:
+    argv = ["compare", str(model), "--inference", *map(str, inferences), "--out", str(out)]
+    return [*argv, "--quiet"]
+
+
+def compare_outputs(out: Path) -> dict[str, bytes | None]:
+    return {
+        name: (out / name).read_bytes() if (out / name).exists() else None
+        for name in COMPARE_OUTPUTS
+    }
+
+
+def test_a_second_compare_into_one_folder_is_refused_while_the_first_runs(
+    tmp_path, tiny_model_file, capsys
+):
+    """Two ``compare`` into one ``--out`` at once: the second says which process holds the
+    folder, exits 2 and writes nothing; the first ends with its whole table."""
+    out = tmp_path / "compared"
+    inference = tiny_inference(tmp_path, "map")
+    inference.write_text(inference.read_text().replace("epochs = 2", "epochs = 40"))
+    argv = [sys.executable, "-m", "probtrans", *compare_argv(tiny_model_file, [inference], out)]
+    first = subprocess.Popen(
+        argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while not lock_path(out).exists() and first.poll() is None:
+        assert time.monotonic() < deadline, "the first compare took no lock in 120 s"
+        time.sleep(0.02)
+    second = tiny_inference(tmp_path, "mfvi")
+    assert main(compare_argv(tiny_model_file, [second], out)) == 2
+    line = one_error_line(capsys.readouterr().err, f"{out}: in use by pid {first.pid}")
+    assert "probtrans compare" in line
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    assert all(compare_outputs(out).values())
+    assert "map" in (out / "table.md").read_text() and "mfvi" not in (out / "table.md").read_text()
+    assert sorted(p.name for p in (out / "runs").iterdir()) == [
+        next((out / "runs").iterdir()).name
+    ]  # the second trained nothing
+
+
+@pytest.mark.parametrize("earlier", ["a table", "none"])
+def test_a_signal_at_any_write_of_compares_outputs_leaves_the_old_set_or_the_new(
+    tmp_path, tiny_model_file, monkeypatch, capsys, earlier
+):
+    """SIGHUP at each step of publishing compare's outputs (each of the four files staged,
+    each moved into place): the folder then holds the earlier table, CSV, figure and
+    comparison.json (or, into a folder without them, none), or all four new ones, never a
+    mix; exit 129 either way."""
+    import probtrans.compare
+
+    out = tmp_path / "compared"
+    one, two = tiny_inference(tmp_path, "map"), tiny_inference(tmp_path, "mfvi")
+    assert main(compare_argv(tiny_model_file, [one, two], out)) == 0  # trains both runs
+    new = compare_outputs(out)
+    assert main(compare_argv(tiny_model_file, [one], out)) == 0
+    old = compare_outputs(out)
+    if earlier == "none":
+        old = dict.fromkeys(COMPARE_OUTPUTS)
+    assert old != new
+    publish = probtrans.compare.write_together
+    calls = {"mkstemp": 0, "replace": 0}
+    seen = []
+    for moment in [("mkstemp", k) for k in range(4)] + [("replace", k) for k in range(4)]:
+        for name, content in old.items():  # the folder as it was
+            (out / name).unlink(missing_ok=True)
+            if content is not None:
+                (out / name).write_bytes(content)
+
+        def counted(name, function, moment=moment):
+            def call(*args, **kwargs):
+                if (name, calls[name]) == moment:
+                    os.kill(os.getpid(), signal.SIGHUP)
+                calls[name] += 1
+                return function(*args, **kwargs)
+
+            return call
+
+        def signalled(writes):
+            calls.update(mkstemp=0, replace=0)
+            with monkeypatch.context() as patched:
+                patched.setattr(tempfile, "mkstemp", counted("mkstemp", tempfile.mkstemp))
+                patched.setattr(os, "replace", counted("replace", os.replace))
+                return publish(writes)
+
+        monkeypatch.setattr(probtrans.compare, "write_together", signalled)
+        assert main(compare_argv(tiny_model_file, [one, two], out)) == 129, moment
+        after = compare_outputs(out)
+        assert after in (old, new), moment
+        seen.append("old" if after == old else "new")
+        assert not [p.name for p in out.iterdir() if p.name.endswith(".partial")]
+    assert seen == ["old"] * 4 + ["new"] * 4
+    capsys.readouterr()
