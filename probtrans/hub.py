@@ -141,6 +141,27 @@ def load_backbone(folder: Path, pretrained: bool, field: str = "model.backbone")
             return AutoModel.from_config(config)
     except (OSError, ValueError, KeyError) as err:
         raise ConfigError(f"{field}: {folder}: not a loadable model ({_first_line(err)})") from None
+    except Exception as err:  # the weights' reader, or the model built from its config
+        raise damaged_backbone(folder, err, field) from None
+
+
+#: the weight files of a ``save_pretrained`` folder, in the order ``transformers`` reads them
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+def damaged_backbone(folder: Path, err: Exception, field: str) -> ConfigError:
+    """One error naming the file of ``folder`` that ``err`` (raised while the model was
+    loaded) comes from: its weights, when the weights' reader failed (safetensors, an
+    unpickler, a truncated archive), else its ``config.json``, from which no model can be
+    built (a negative size, ...)."""
+    weights = next((folder / name for name in WEIGHT_FILES if (folder / name).is_file()), None)
+    reader = type(err).__module__.split(".")[0] in ("safetensors", "pickle", "zipfile")
+    reader = reader or isinstance(err, EOFError) or "PytorchStreamReader" in str(err)
+    if weights is not None and reader:
+        return ConfigError(f"{field}: {weights}: damaged weights ({_first_line(err)})")
+    return ConfigError(
+        f"{field}: {folder / 'config.json'}: no model can be built from it ({_first_line(err)})"
+    )
 
 
 @contextmanager

@@ -1266,6 +1266,24 @@ def _(w: Workspace) -> Expect:
     return Expect(w.fit(model), (str(model), "model.backbone", str(folder), "no config.json"))
 
 
+@case("spec/model: backbone weights truncated")
+def _(w: Workspace) -> Expect:
+    folder = w.backbone()
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:500])
+    model = w.backbone_model(backbone=str(folder))
+    return Expect(w.fit(model), (str(model), str(weights), "damaged weights"))
+
+
+@case("spec/model: backbone config with a negative size")
+def _(w: Workspace) -> Expect:
+    folder = w.backbone()
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "hidden_size": -32}))
+    model = w.backbone_model(backbone=str(folder))
+    return Expect(w.fit(model), (str(model), str(folder / "config.json"), "no model can be built"))
+
+
 @case("spec/model: backbone folder that does not exist")
 def _(w: Workspace) -> Expect:
     model = w.backbone_model(backbone="gone")
