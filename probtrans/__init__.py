@@ -14,12 +14,14 @@ pretrained Hugging Face model), :func:`to_inference_data` (your own model and gu
 InferenceData, laid out as a run's ``predictive.nc``), the metrics on your own arrays —
 :func:`ece`, :func:`ood_detection` (one score, in- vs out-of-domain), :func:`ood_report` (every
 score of the class probabilities), :func:`heldout_elpd` — and the layers in :mod:`probtrans.nn`.
-Importing probtrans loads none of them until one is used, and changes nothing in Pyro's settings.
+Importing probtrans loads none of them until one is used, and changes nothing in Pyro's settings
+(nor Python's ``random``, which a dependency draws from on import).
 """
 
 from __future__ import annotations
 
 import importlib
+import random
 from typing import Any
 
 __version__ = "0.1.0"
@@ -44,7 +46,17 @@ __all__ = [*_API, "nn", "__version__"]
 
 def __getattr__(name: str) -> Any:
     if name == "nn":
-        return importlib.import_module("probtrans.nn")
+        return _imported("probtrans.nn")
     if name not in _API:
         raise AttributeError(f"module 'probtrans' has no attribute {name!r}")
-    return getattr(importlib.import_module(_API[name]), name)
+    return getattr(_imported(_API[name]), name)
+
+
+def _imported(module: str) -> Any:
+    """``module``, imported with Python's ``random`` left as it was: a dependency imported on
+    the way may draw from it (scikit-learn's progress bars import ``rich``, which does)."""
+    state = random.getstate()
+    try:
+        return importlib.import_module(module)
+    finally:
+        random.setstate(state)

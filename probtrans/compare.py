@@ -80,6 +80,7 @@ from probtrans.io import (
 )
 from probtrans.lock import folder_lock
 from probtrans.metrics import METRICS, UNCERTAINTY_SCORES
+from probtrans.progress import no_thread_left
 from probtrans.resolve import load_inference_spec, load_model_spec
 from probtrans.runs import fit
 from probtrans.runs.folder import RunInfo, read_timing, run_name, spec_label
@@ -507,6 +508,7 @@ def figure(comparison: Comparison, methods: dict[str, list[Instance]]) -> Figure
     )
 
 
+@no_thread_left()
 def compare(
     comparison: Comparison,
     out: str | Path,

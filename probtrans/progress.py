@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, TextIO
 
 from tqdm.auto import tqdm
@@ -55,3 +56,17 @@ def _is_terminal(stream: Any) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):  # no isatty, or a closed stream
         return False
+
+
+@contextmanager
+def no_thread_left() -> Iterator[None]:
+    """tqdm starts a monitor thread with its first bar (it watches for stalled bars) and keeps
+    it for the life of the process: one that a bar inside the block started is stopped when the
+    block ends, so the caller's process has no thread it did not have; also a decorator."""
+    before = tqdm.monitor
+    try:
+        yield
+    finally:
+        if before is None and tqdm.monitor is not None:
+            tqdm.monitor.exit()
+            tqdm.monitor = None

@@ -96,6 +96,29 @@ def test_pyro_tutorial_trains_the_same_with_and_without_probtrans():
     assert pyro.settings.get("module_local_params") is False  # in this process too
 
 
+FIRST_FIT = f"""
+import random, threading
+import probtrans
+from probtrans.specs import read_model_spec, read_inference_spec
+
+random.seed(1)
+state, threads = random.getstate(), set(threading.enumerate())
+run = probtrans.fit(
+    read_model_spec("tiny.toml", {TINY_MODEL!r}),
+    read_inference_spec("map.toml", "[train]\\nepochs = 1\\n[predictive]\\nsamples = 2\\n"),
+)
+columns = run.predict(run.data.test.inputs[:4], progress=True)
+print(random.getstate() == state, sorted(t.name for t in set(threading.enumerate()) - threads))
+"""
+
+
+def test_the_first_fit_in_a_process_leaves_pythons_random_and_its_threads_as_they_were():
+    """A fresh process's first ``probtrans.fit`` (its imports included; scikit-learn's import
+    draws from ``random``) and ``predict`` with progress bars: Python's ``random`` is as the
+    caller left it, and no thread (tqdm's monitor) is left running."""
+    assert run_script(FIRST_FIT).splitlines()[-1] == "True []"
+
+
 # --- probtrans.fit with any guide ---------------------------------------------------------
 
 

@@ -50,6 +50,7 @@ from probtrans.inference.predictive import (
 )
 from probtrans.io import read_json, write_bytes, write_json
 from probtrans.lock import folder_lock
+from probtrans.progress import no_thread_left
 from probtrans.runs.folder import (
     FEATURE_FILE,
     RunInfo,
@@ -394,6 +395,7 @@ def evaluate(
     return scores
 
 
+@no_thread_left()
 @caller_random_state()
 def evaluate_run(
     run_dir: str | Path,

@@ -34,6 +34,7 @@ from probtrans.inference.train import BestState, Resumable, TrainingDiverged, tr
 from probtrans.io import remove_temporary_files, write_json
 from probtrans.lock import folder_lock
 from probtrans.model import build_classifier
+from probtrans.progress import no_thread_left
 from probtrans.resolve import (
     as_backbone_reads,
     load_inference_spec,
@@ -147,6 +148,7 @@ def guide_label(guide: GuideChoice) -> str:
     return f"{name}({keywords})" if 0 < len(keywords) <= LABEL_KEYWORDS_CHARS else name
 
 
+@no_thread_left()
 @caller_random_state()
 def fit(
     model: SpecSource,

@@ -30,6 +30,7 @@ from probtrans.inference.predictive import posterior_draws, sample_predictive
 from probtrans.io import DamagedFile, TemporaryFolder, read_json
 from probtrans.model import Classifier, build_classifier
 from probtrans.prediction import prediction_columns
+from probtrans.progress import no_thread_left
 from probtrans.resolve import load_inference_spec, load_model_spec, spec_folder
 from probtrans.runs.folder import FEATURE_FILE
 from probtrans.runs.kept import (
@@ -138,6 +139,7 @@ class Run(TemporaryFolder):
             return sys.maxsize
         return min(len(value) for value in self.draws.values())
 
+    @no_thread_left()
     @local_params()
     @caller_random_state()
     def predict(
