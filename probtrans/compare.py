@@ -67,6 +67,7 @@ from matplotlib.figure import Figure
 
 from probtrans import calibration, distributed, figures
 from probtrans.checkpoint import load_checkpoint, require
+from probtrans.contract import float32_default
 from probtrans.data.sources import is_image, ood_set_names
 from probtrans.elpd import POINT_MASS, UNRELIABLE, heldout_elpd, standard_error
 from probtrans.errors import ConfigError, ProbtransError
@@ -508,6 +509,7 @@ def figure(comparison: Comparison, methods: dict[str, list[Instance]]) -> Figure
     )
 
 
+@float32_default()
 @no_thread_left()
 def compare(
     comparison: Comparison,

@@ -89,6 +89,20 @@ def caller_random_state() -> Iterator[None]:
             torch.cuda.set_rng_state_all(cuda)
 
 
+@contextmanager
+def float32_default() -> Iterator[None]:
+    """torch's default floating-point type is float32 inside the block, whatever the caller
+    set (``torch.set_default_dtype(torch.float64)`` is common in GP code): a run's networks,
+    checkpoints and data are float32. The caller's default is back on leaving; also a
+    decorator."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
 class LocalParams:
     """Mixin of a ``PyroModule`` class that is built and called under :func:`local_params`,
     whatever the global setting."""

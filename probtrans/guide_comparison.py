@@ -24,6 +24,7 @@ import arviz as az
 from matplotlib.figure import Figure
 
 from probtrans.compare import Folders, check_output_folder, write_results
+from probtrans.contract import float32_default
 from probtrans.data import DataBundle
 from probtrans.errors import ProbtransError
 from probtrans.inference.guide import GuideChoice
@@ -77,6 +78,7 @@ def check_names(guides: Mapping[str, GuideChoice]) -> None:
             )
 
 
+@float32_default()
 def compare_guides(
     model: SpecSource,
     guides: Mapping[str, GuideChoice],

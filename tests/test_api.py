@@ -501,3 +501,23 @@ def test_python_samples_and_seeds_are_checked_as_the_command_line_checks_them(ti
             run.predict(images, seed=bad)
         with pytest.raises(ProbtransError, match=re.escape(seed)):
             run.posterior_samples(2, seed=bad)
+
+
+def test_a_float64_default_dtype_of_the_caller_changes_nothing(tiny_run, tmp_path, tiny_model_file):
+    """After ``torch.set_default_dtype(torch.float64)`` (common in GP code) ``fit``,
+    ``Run.load`` and ``predict`` work as under float32, with the same predictions, and the
+    caller's default is float64 again afterwards."""
+    images = Run.load(tiny_run).data.test.inputs[:6]
+    expected = Run.load(tiny_run).predict(images)["entropy"]
+    torch.set_default_dtype(torch.float64)
+    try:
+        run = Run.load(tiny_run)
+        assert torch.get_default_dtype() == torch.float64
+        np.testing.assert_array_equal(run.predict(images)["entropy"], expected)
+        refit = probtrans.fit(
+            tiny_model_file, tiny_inference(tmp_path, "map"), out=tmp_path / "again", epochs=1
+        )
+        assert torch.get_default_dtype() == torch.float64
+        assert refit.classifier.head.weight.dtype == torch.float32
+    finally:
+        torch.set_default_dtype(torch.float32)

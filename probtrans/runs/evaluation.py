@@ -24,7 +24,7 @@ import torch
 
 from probtrans import figures
 from probtrans.attention import attention_sites
-from probtrans.contract import caller_random_state
+from probtrans.contract import caller_random_state, float32_default
 from probtrans.data import DataBundle, DataSplit
 from probtrans.data.file_bundle import add_ood_sets
 from probtrans.data.saved import saved_with
@@ -395,6 +395,7 @@ def evaluate(
     return scores
 
 
+@float32_default()
 @no_thread_left()
 @caller_random_state()
 def evaluate_run(

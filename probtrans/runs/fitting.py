@@ -24,7 +24,7 @@ import pyro
 
 from probtrans import distributed
 from probtrans.checkpoint import save_checkpoint
-from probtrans.contract import caller_random_state
+from probtrans.contract import caller_random_state, float32_default
 from probtrans.data import DataBundle, load_data
 from probtrans.errors import ConfigError, ProbtransError, in_file
 from probtrans.hub import backbone_folder, keep_backbone
@@ -148,6 +148,7 @@ def guide_label(guide: GuideChoice) -> str:
     return f"{name}({keywords})" if 0 < len(keywords) <= LABEL_KEYWORDS_CHARS else name
 
 
+@float32_default()
 @no_thread_left()
 @caller_random_state()
 def fit(

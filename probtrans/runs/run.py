@@ -19,7 +19,12 @@ from torch import nn
 from probtrans import metrics
 from probtrans.attention import inducing_sites
 from probtrans.checkpoint import UnreadableCheckpoint, load_checkpoint, require
-from probtrans.contract import caller_random_state, keep_params_local, local_params
+from probtrans.contract import (
+    caller_random_state,
+    float32_default,
+    keep_params_local,
+    local_params,
+)
 from probtrans.data import DataBundle, DataSplit, load_data
 from probtrans.data.saved import ForeignData, load_saved_bundle
 from probtrans.errors import ProbtransError, in_file
@@ -139,6 +144,7 @@ class Run(TemporaryFolder):
             return sys.maxsize
         return min(len(value) for value in self.draws.values())
 
+    @float32_default()
     @no_thread_left()
     @local_params()
     @caller_random_state()
@@ -326,6 +332,7 @@ def check_attention_options(path: Path, state: dict[str, Any], classifier: Class
                 )
 
 
+@float32_default()
 @caller_random_state()
 def load_run(run_dir: str | Path, device: str = "cpu", data: DataBundle | None = None) -> Run:
     """Rebuild the classifier and guide of a run folder from its checkpoint, with the spec texts
