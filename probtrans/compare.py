@@ -311,6 +311,13 @@ def method_probs(method: Method, folders: list[Path]) -> list[Instance]:
         check_samples(folder, read_json(folder / "metrics.json", expect=dict), kept.probs)
         if method.variant not in kept.probs:
             raise missing_variant(method)
+        if not kept.features and fits_feature_scores(folder):
+            print(
+                f"note: {folder} keeps no feature scores (written before runs fitted them): "
+                f"its feature-score OOD columns show –; probtrans evaluate {folder} fits them, "
+                f"then compare again",
+                file=sys.stderr,
+            )
         timing = read_timing(folder)
         seconds = (timing.get("train_seconds", 0.0), timing.get("evaluate_seconds", 0.0))
         rows.append(
@@ -339,6 +346,15 @@ def method_probs(method: Method, folders: list[Path]) -> list[Instance]:
             for r in rows
         ]
     return rows
+
+
+def fits_feature_scores(folder: Path) -> bool:
+    """Whether the run in ``folder`` asks for feature scores (its ``inference.toml``; False
+    where it cannot be read)."""
+    try:
+        return load_inference_spec(folder / "inference.toml").predictive.feature_scores
+    except ProbtransError:
+        return False
 
 
 def temperature_scaled_splits(

@@ -267,3 +267,33 @@ def test_a_network_without_random_sites_keeps_the_draws_its_metrics_name(tmp_pat
     check_samples(run.path, metrics, kept)
     assert kept["plain"]["test"].shape[0] == metrics["posterior_samples"] == 4
     np.testing.assert_array_equal(kept["plain"]["test"], kept["plain"]["test"][:1].repeat(4, 0))
+
+
+def test_compare_over_a_run_without_feature_scores_says_why_its_columns_are_empty(
+    tmp_path, preset, capsys
+):
+    """A run folder written before feature scores were fitted (no ``feature.*`` entries in its
+    probs.npz): compare names it and the command that fills its OOD columns; after that command
+    the note is gone and the columns hold numbers."""
+    one_seed = tmp_path / "one_seed.toml"
+    one_seed.write_text(preset.read_text().replace("seeds = [0, 1]", "seeds = [0]"))
+    out = tmp_path / "cmp"
+    argv = ["compare", "--preset", str(one_seed), "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    (run,) = (out / "runs").iterdir()
+    filled = (out / "table.md").read_text()
+    with np.load(run / "probs.npz") as kept:
+        older = {name: kept[name] for name in kept.files if not name.startswith("feature.")}
+    np.savez_compressed(run / "probs.npz", **older)
+    (run / "feature_scores.npz").unlink()
+    capsys.readouterr()
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert f"note: {run} keeps no feature scores" in err
+    assert f"probtrans evaluate {run} fits them" in err
+    assert (out / "table.md").read_text() != filled
+    assert main(["evaluate", str(run), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert "keeps no feature scores" not in capsys.readouterr().err
+    assert (out / "table.md").read_text() == filled
