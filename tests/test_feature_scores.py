@@ -334,3 +334,21 @@ def test_a_feature_score_file_not_of_its_run_is_refused_by_predict_and_refitted_
     assert main(["evaluate", str(run.path), "--quiet"]) == 0
     columns = Run.load(run.path).predict(run.data.test)
     assert set(FEATURE_SCORES) <= set(columns)
+
+
+def test_knn_neighbours_above_the_training_rows_is_refused_unless_left_at_its_default():
+    """A k chosen above the training rows is refused (the k-NN score would be the distance to
+    the farthest feature); the default k, however the spec was built, is taken down to them."""
+    from types import SimpleNamespace
+
+    from probtrans.errors import ConfigError
+    from probtrans.runs.fitting import check_knn_neighbours
+    from probtrans.specs import PredictiveSpec
+
+    data = SimpleNamespace(train=range(36), name="train.csv")
+    check_knn_neighbours(PredictiveSpec(), data)
+    check_knn_neighbours(PredictiveSpec.model_validate(PredictiveSpec().model_dump()), data)
+    check_knn_neighbours(PredictiveSpec(knn_neighbours=36), data)
+    check_knn_neighbours(PredictiveSpec(knn_neighbours=37, feature_scores=False), data)
+    with pytest.raises(ConfigError, match="knn_neighbours = 37: above the 36 training rows of"):
+        check_knn_neighbours(PredictiveSpec(knn_neighbours=37), data)

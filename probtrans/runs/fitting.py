@@ -272,19 +272,16 @@ def fit(
 
 
 def check_knn_neighbours(spec: PredictiveSpec, data: DataBundle) -> None:
-    """Refuse, before any training, a ``knn_neighbours`` set above the training rows: the
-    k-NN score would be the distance to the farthest training feature. (Left unset, the
-    default k is taken down to the rows there are.)"""
-    rows = len(data.train)
-    if (
-        spec.feature_scores
-        and "knn_neighbours" in spec.model_fields_set
-        and spec.knn_neighbours > rows
-    ):
+    """Refuse, before any training, a ``knn_neighbours`` chosen above the training rows: the
+    k-NN score would be the distance to the farthest training feature. (The default k is taken
+    down to the rows there are.)"""
+    rows, k = len(data.train), spec.knn_neighbours
+    default = PredictiveSpec.model_fields["knn_neighbours"].default
+    if spec.feature_scores and k != default and k > rows:
         raise ConfigError(
-            f"predictive.knn_neighbours = {spec.knn_neighbours}: above the {rows} training "
-            f"rows of {data.name} (the k-NN score would be the distance to the farthest "
-            f"training feature); set it to at most {rows}"
+            f"predictive.knn_neighbours = {k}: above the {rows} training rows of {data.name} "
+            f"(the k-NN score would be the distance to the farthest training feature); set it "
+            f"to at most {rows}"
         )
 
 
