@@ -873,3 +873,29 @@ def test_images_are_standardised_with_the_backbones_image_processor(tmp_path, ba
     pixels = torch.rand(3, 8, 8)
     inputs, _ = probtrans.Run.load(run.path).data.encode(pixels)
     torch.testing.assert_close(inputs, ((pixels - 0.5) / 0.25)[:, None])
+
+
+def test_a_swapped_layer_under_vectorised_plates_is_refused_in_one_line(backbones):
+    """``Predictive(parallel=True)`` around a Hugging Face model with H-STO swapped in: one
+    error naming the layer, the shapes and ``parallel=False``, not a shape error from inside
+    transformers; ``parallel=False`` samples."""
+    from pyro.infer import Predictive
+
+    encoder = probtrans.swap_attention(pretrained(backbones["bert"]), [-1], "h_sto")
+
+    class Model(PyroModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = encoder
+
+        def forward(self, ids, mask):
+            with pyro.plate("data", len(ids)):
+                hidden = self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+                return pyro.deterministic("pooled", hidden.mean(-2), event_dim=1)
+
+    inputs = model_inputs("bert", backbones["bert"])
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    with pytest.raises(ProbtransError, match=r"layer\.1\.attention\.self\.attn: .*use parallel"):
+        Predictive(Model(), num_samples=3, parallel=True)(ids, mask)
+    pooled = Predictive(Model(), num_samples=3, parallel=False)(ids, mask)["pooled"]
+    assert pooled.shape == (3, 3, 32)

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from probtrans.attention import ATTENTION
 from probtrans.encoder import make_attention
-from probtrans.errors import ConfigError
+from probtrans.errors import ConfigError, ProbtransError
 from probtrans.pyro_internals import DeepPyroModule
 from probtrans.specs import Spec
 from probtrans.specs.attention import ATTENTION_OPTIONS, in_backbone
@@ -128,6 +128,13 @@ def probtrans_attention(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
     h = layer.attend_projected(query, key, value, key_padding(attention_mask), key_map(module))
+    if h.shape != query.shape:  # sample dimensions: vectorised plates around the model
+        raise ProbtransError(
+            f"{getattr(layer, '_pyro_name', LAYER)}: a layer swapped into a Hugging Face block "
+            f"takes one draw per call, and under vectorised plates (Predictive(..., "
+            f"parallel=True), vectorised ELBO particles) it gives {tuple(h.shape)} where the "
+            f"block wants {tuple(query.shape)}; use parallel=False"
+        )
     return h.transpose(1, 2).contiguous(), None
 
 
