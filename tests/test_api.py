@@ -521,3 +521,25 @@ def test_a_float64_default_dtype_of_the_caller_changes_nothing(tiny_run, tmp_pat
         assert refit.classifier.head.weight.dtype == torch.float32
     finally:
         torch.set_default_dtype(torch.float32)
+
+
+def test_predict_in_chunks_gives_what_one_pass_gives(map_softmax_run, monkeypatch):
+    """``Run.predict`` tokenises and predicts its inputs a chunk of rows at a time (its memory
+    does not grow with them): chunks of 7 rows give the columns of a single pass, for images
+    and a split with labels, row for row."""
+    import probtrans.runs.run
+
+    run = Run.load(map_softmax_run)
+    split = run.data.test
+    labels = split.labels[:30].numpy()
+    for inputs in (split.inputs[:30].numpy(), probtrans.runs.run.rows_of(split, 0, 30)):
+        monkeypatch.setattr(probtrans.runs.run, "PREDICT_CHUNK_ROWS", 1000)
+        whole = run.predict(inputs, labels=labels)
+        monkeypatch.setattr(probtrans.runs.run, "PREDICT_CHUNK_ROWS", 7)
+        chunked = run.predict(inputs, labels=labels)
+        assert list(chunked) == list(whole) and len(whole["entropy"]) == 30
+        for name, values in whole.items():  # k-NN distances: cdist's matmul path differs
+            if values.dtype.kind in "US":  # by a float rounding with the rows it is given
+                np.testing.assert_array_equal(chunked[name], values, err_msg=name)
+            else:
+                np.testing.assert_allclose(chunked[name], values, rtol=1e-5, err_msg=name)

@@ -291,9 +291,9 @@ def test_compare_over_a_run_without_feature_scores_says_why_its_columns_are_empt
     err = capsys.readouterr().err
     assert f"note: {run} keeps no feature scores" in err
     assert f"probtrans evaluate {run} fits them" in err
-    assert (out / "table.md").read_text() != filled
+    assert (out / "table.md").read_text().count("–") > filled.count("–")  # empty OOD columns
     assert main(["evaluate", str(run), "--quiet"]) == 0
     capsys.readouterr()
     assert main(argv) == 0
     assert "keeps no feature scores" not in capsys.readouterr().err
-    assert (out / "table.md").read_text() == filled
+    assert (out / "table.md").read_text().count("–") == filled.count("–")

@@ -171,7 +171,7 @@ def test_table_on_stdout(capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--samples", "0"], "error: --samples 0: must be > 0"),
+        (["--samples", "0"], "error: --samples 0: must be a positive integer"),
         (["--out", "pred.txt"], "error: --out pred.txt: must end in .csv, .tsv, .jsonl, .parquet"),
     ],
 )

@@ -64,6 +64,11 @@ def check_device(device: str, label: str) -> str:
     return device
 
 
+#: inputs predicted at a time by :meth:`Run.predict`: a chunk's tokens and S draws of its
+#: features are freed before the next, so its memory does not grow with the inputs
+PREDICT_CHUNK_ROWS = 8192
+
+
 @dataclass
 class Run(TemporaryFolder):
     """A fitted (or reloaded) model with its specs, data, guide and folder.
@@ -173,7 +178,6 @@ class Run(TemporaryFolder):
         (:func:`~probtrans.contract.caller_random_state`)."""
         samples = self.predictive_samples(samples)
         seed = check_seed(seed, f"seed = {seed!r}")
-        split = inputs if isinstance(inputs, DataSplit) else self.as_split(inputs)
         draws = self.posterior_samples(samples, seed)
         pyro.set_rng_seed(seed)  # the local randomness, as in evaluation
         batch = self.inference_spec.predictive.batch_size
@@ -198,16 +202,24 @@ class Run(TemporaryFolder):
             given = None if density is None else density.scores(out["features"].mean(0))
             return out["probs"], given
 
-        probs, given = predictive(split, adapted=True)
         kept = self.kept_predictives()
         if kept is not None and (density is None or "val" in kept.features):
             validation, references = kept.probs["plain"]["val"], kept.features.get("val")
         else:
             validation, references = predictive(self.data.val)
         reference = metrics.predictive_entropy(validation)
-        return prediction_columns(
-            probs, self.data.class_names, reference, labels, given, references
-        )
+        pyro.set_rng_seed(seed)  # the inputs' local randomness, as in evaluation
+        online = options is not None and options.online  # Tent's state runs through the inputs
+        step = max(len(inputs), 1) if online else PREDICT_CHUNK_ROWS
+        parts = []
+        for start in range(0, max(len(inputs), 1), step):  # no input: one empty chunk
+            chunk = inputs if len(inputs) <= step else rows_of(inputs, start, start + step)
+            split = chunk if isinstance(chunk, DataSplit) else self.as_split(chunk)
+            probs, given = predictive(split, adapted=True)
+            chosen = None if labels is None else labels[start : start + step]
+            names = self.data.class_names
+            parts.append(prediction_columns(probs, names, reference, chosen, given, references))
+        return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
 
     def kept_predictives(self) -> KeptPredictives | None:
         """What the run's ``probs.npz`` keeps (the validation predictive and scores), if any. A
@@ -330,6 +342,15 @@ def check_attention_options(path: Path, state: dict[str, Any], classifier: Class
                     f"fit): the weights are not used under another network; refit it, with "
                     f"{name} = {value!r} in the spec's attention table to train the same one"
                 )
+
+
+def rows_of(inputs: Any, start: int, stop: int) -> Any:
+    """Rows ``start`` … ``stop`` − 1 of :meth:`Run.predict`'s inputs (a list, an array, a
+    tensor or a :class:`DataSplit`)."""
+    if isinstance(inputs, DataSplit):
+        mask = None if inputs.mask is None else inputs.mask[start:stop]
+        return DataSplit(inputs.inputs[start:stop], inputs.labels[start:stop], mask)
+    return inputs[start:stop]
 
 
 @float32_default()
