@@ -36,6 +36,7 @@ from probtrans.specs import PredictiveSpec
 from probtrans.stopwatch import Stopwatch
 
 Probs = dict[str, dict[str, np.ndarray]]  # variant → split → (S, N, C)
+TrainFeatures = Callable[[], np.ndarray]  # → the training split's features (N, D), computed once
 Energy = dict[str, dict[str, np.ndarray]]  # variant → split → (N,) mean free energy
 
 
@@ -63,7 +64,7 @@ def posterior_predictives(
     device: str = "cpu",
     progress: bool = False,
     predictive: Callable[..., dict[str, np.ndarray]] = sample_predictive,
-    train_features: np.ndarray | None = None,
+    train_features: TrainFeatures | None = None,
     stopwatch: Stopwatch | None = None,
 ) -> tuple[Probs, Energy, dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
     """Class probabilities of the ``plain`` predictive and of ``spec.posthoc``'s variants, the
@@ -73,10 +74,10 @@ def posterior_predictives(
     features per split (S, N, D); from the S posterior ``draws`` of the global sites (the same
     draws on every split). ``predictive`` computes each split's predictive: by default
     :func:`~probtrans.inference.predictive.sample_predictive`; a test-time adaptation passes its
-    own, with the same arguments. ``train_features``: the training split's features (N, D) of
-    the first draw, where the caller has them (:func:`last_layer_laplace`). ``stopwatch``
-    times each variant (``predictive``, ``mc_dropout``, ``stochastic_attention`` with its
-    search of τ, ``laplace``)."""
+    own, with the same arguments. ``train_features``: what gives the training split's features
+    (N, D) of the first draw, where the caller shares them (:func:`last_layer_laplace`).
+    ``stopwatch`` times each variant (``predictive``, ``mc_dropout``, ``stochastic_attention``
+    with its search of τ, ``laplace``)."""
     stopwatch = stopwatch or Stopwatch()
     laplace = needs_training_split(spec)
     with_features = laplace or spec.feature_scores
@@ -152,10 +153,10 @@ def last_layer_laplace(
     draws: dict[str, Tensor],
     features: dict[str, np.ndarray],
     device: str = "cpu",
-    train_features: np.ndarray | None = None,
+    train_features: TrainFeatures | None = None,
 ) -> dict[str, np.ndarray]:
     """Last-layer Laplace predictive from the plain predictive's feature draws (S, N, D),
-    fitted on the training split's features (N, D) of the first draw: ``train_features``, or
+    fitted on the training split's features (N, D) of the first draw: ``train_features()``, or
     computed on ``device``; the Laplace runs on the CPU (where the features are)."""
     if len(data.train) == 0:
         raise ProbtransError(
@@ -163,8 +164,9 @@ def last_layer_laplace(
             f"keeps it only when its inference spec asks for the Laplace or for PSIS-LOO); load "
             f"the run with its data: Run.load(path, data=...)"
         )
-    train = train_features
-    if train is None:
+    if train_features is not None:
+        train = train_features()
+    else:
         train = first_draw_features(classifier, draws, data.train, spec.batch_size, device)
     weight = draws["head.weight"][0] if "head.weight" in draws else classifier.head.weight
     bias = draws["head.bias"][0] if "head.bias" in draws else classifier.head.bias

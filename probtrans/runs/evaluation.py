@@ -10,6 +10,7 @@ log-likelihood (:class:`Likelihoods`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shutil
 import sys
 import time
@@ -35,6 +36,7 @@ from probtrans.inference.objective import ELBO_KEYS
 from probtrans.inference.posthoc import (
     Energy,
     Probs,
+    TrainFeatures,
     first_draw_features,
     needs_training_split,
     posterior_predictives,
@@ -92,7 +94,7 @@ def split_predictives(
     seed: int = 0,
     progress: bool = False,
     adapt: Options | None = None,
-    train_features: np.ndarray | None = None,
+    train_features: TrainFeatures | None = None,
     stopwatch: Stopwatch | None = None,
 ) -> tuple[Probs, Energy, dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
     """The plain posterior predictive and the spec's post-hoc variants on the run's own splits
@@ -120,16 +122,19 @@ def split_predictives(
     )
 
 
-def shared_training_features(run: Run, draws: Draws, device: str = "cpu") -> np.ndarray | None:
-    """The training split's features (N, D), computed once for the two that read them, the
-    last-layer Laplace and the feature scores, where they read the same values: the draws are
-    a point mass and the network has no local randomness, so one deterministic pass gives
-    every draw's features. None otherwise (each computes its own)."""
+def shared_training_features(run: Run, draws: Draws, device: str = "cpu") -> TrainFeatures | None:
+    """What gives the training split's features (N, D), computed once, on first use, for the
+    two that read them, the last-layer Laplace and the feature scores, where they read the same
+    values: the draws are a point mass and the network has no local randomness, so one
+    deterministic pass gives every draw's features. None otherwise (each computes its own)."""
     spec = run.inference_spec.predictive
     both = needs_training_split(spec) and spec.feature_scores and len(run.data.train) > 0
     if not both or not is_point_mass(draws) or attention_sites(run.classifier):
         return None
-    return first_draw_features(run.classifier, draws, run.data.train, spec.batch_size, device)
+    train = run.data.train
+    return functools.cache(
+        lambda: first_draw_features(run.classifier, draws, train, spec.batch_size, device)
+    )
 
 
 @dataclass
@@ -211,14 +216,14 @@ def fit_feature_density(
     device: str = "cpu",
     seed: int = 0,
     progress: bool = False,
-    train_features: np.ndarray | None = None,
+    train_features: TrainFeatures | None = None,
 ) -> FeatureDensity | None:
     """The feature-space scores of the run (``[predictive] feature_scores``), fitted on the
     training split's pooled features averaged over the posterior ``draws``
     (:func:`probtrans.feature_scores.fit_feature_scores`) and written to ``feature_scores.npz``;
     a folder that keeps no training split keeps the scores it has (None if none, with a note).
     A class that falls back to the shared covariance, or has no training example, gets a note.
-    ``train_features`` (N, D): every draw's features, where one pass gives them
+    ``train_features``: what gives every draw's features (N, D), where one pass does
     (:func:`shared_training_features`)."""
     spec = run.inference_spec.predictive
     path = run.path / FEATURE_FILE
@@ -236,8 +241,8 @@ def fit_feature_density(
     if not path.is_file() and (run.path / "metrics.json").is_file():
         print(f"note: {run.path}: fitting its feature scores ({FEATURE_FILE})", file=sys.stderr)
     samples = min((len(value) for value in draws.values()), default=1)
-    if train_features is not None:  # the S equal draws, averaged as those of a pass would be
-        features = np.broadcast_to(train_features, (samples, *train_features.shape)).mean(0)
+    if train_features is not None:  # the mean of S equal draws: the first
+        features = train_features()
     else:
         pyro.set_rng_seed(seed)
         features = sample_predictive(
@@ -331,8 +336,7 @@ def evaluate(
         draws = run.posterior_samples(wanted, seed)  # the only draw of the posterior
     weights_vary = not is_point_mass(draws)  # else the S draws differ by attention alone
     first = {name: value[:samples] for name, value in draws.items()}
-    with stopwatch.part("training_features"):
-        train_features = shared_training_features(run, first, device)
+    train_features = shared_training_features(run, first, device)  # computed by the Laplace
     probs, energy, plain, features = split_predictives(
         run, first, samples, device, seed, progress, adapt, train_features, stopwatch
     )
