@@ -279,8 +279,8 @@ def test_a_second_compare_into_one_folder_is_refused_while_the_first_runs(
     """Two ``compare`` into one ``--out`` at once: the second says which process holds the
     folder, exits 2 and writes nothing; the first ends with its whole table."""
     out = tmp_path / "compared"
-    inference = tiny_inference(tmp_path, "map")
-    inference.write_text(inference.read_text().replace("epochs = 2", "epochs = 40"))
+    inference = tiny_inference(tmp_path, "map")  # training long enough for the second to come
+    inference.write_text(inference.read_text().replace("epochs = 2", "epochs = 12"))
     argv = [sys.executable, "-m", "probtrans", *compare_argv(tiny_model_file, [inference], out)]
     first = subprocess.Popen(
         argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
