@@ -19,7 +19,7 @@ import threading
 import weakref
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +43,10 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], Any]) -> 
 
 def write_together(writes: Mapping[Path, Callable[[Path], Any]]) -> None:
     """Write several files as one set: each through ``write(tmp_path)`` into a temporary
-    sibling (as :func:`atomic_write`), then all renamed into place while the stop signals
-    are held back (:func:`signals_held`), so that a signal at any moment leaves every file
-    as it was or every file new; a signal that came meanwhile is delivered after the renames.
-    A failed or refused write leaves every file as it was."""
+    sibling (as :func:`atomic_write`), then all renamed into place while the stop signals are
+    held back (:func:`signals_held`; one file's rename is atomic without it), so that a signal
+    at any moment leaves every file as it was or every file new; a signal that came meanwhile
+    is delivered after the renames. A failed or refused write leaves every file as it was."""
     written: dict[Path, str] = {}
     try:
         for path, write in writes.items():
@@ -59,7 +59,7 @@ def write_together(writes: Mapping[Path, Callable[[Path], Any]]) -> None:
                 os.chmod(written[path], 0o666 & ~_umask())  # as open() would, not mkstemp's 0600
             except OSError as err:
                 raise refused_write(err, path) or err from None
-        with signals_held():
+        with signals_held() if len(written) > 1 else nullcontext():  # one file: atomic alone
             for path, tmp in written.items():
                 try:
                     os.replace(tmp, path)

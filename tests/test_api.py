@@ -532,7 +532,7 @@ def test_predict_in_chunks_gives_what_one_pass_gives(map_softmax_run, monkeypatc
     run = Run.load(map_softmax_run)
     split = run.data.test
     labels = split.labels[:30].numpy()
-    for inputs in (split.inputs[:30].numpy(), probtrans.runs.run.rows_of(split, 0, 30)):
+    for inputs in (split.inputs[:30].numpy(), split[:30]):
         monkeypatch.setattr(probtrans.runs.run, "PREDICT_CHUNK_ROWS", 1000)
         whole = run.predict(inputs, labels=labels)
         monkeypatch.setattr(probtrans.runs.run, "PREDICT_CHUNK_ROWS", 7)

@@ -59,6 +59,11 @@ class DataSplit:
     def __len__(self) -> int:
         return len(self.labels)
 
+    def __getitem__(self, rows: slice) -> DataSplit:
+        """The rows of the slice ``rows`` as a split (views, not copies)."""
+        mask = None if self.mask is None else self.mask[rows]
+        return DataSplit(self.inputs[rows], self.labels[rows], mask)
+
     def lengths(self) -> Tensor | None:
         """Tokens per row, padding excluded (N,); None for images."""
         return None if self.mask is None else self.mask.sum(1)

@@ -157,7 +157,7 @@ def load_saved_bundle(folder: Path, checkpoint: str | None) -> DataBundle | None
         if missing:
             raise ValueError(f"no {' nor '.join(missing)} split")
         if "train" not in splits:  # kept only where needed: an empty split of the same kind
-            splits["train"] = _empty_like(splits["val"])
+            splits["train"] = splits["val"][:0]
     return DataBundle(
         name=info.name,
         train=splits["train"],
@@ -232,8 +232,3 @@ def _pixels(inputs: torch.Tensor, scaling: ImageScaling) -> torch.Tensor:
 def _leading(lengths: torch.Tensor, width: int) -> torch.Tensor:
     """The mask (N, width) of rows whose ``lengths`` tokens come first, then padding."""
     return torch.arange(width)[None, :] < lengths[:, None]
-
-
-def _empty_like(split: DataSplit) -> DataSplit:
-    mask = None if split.mask is None else split.mask[:0]
-    return DataSplit(split.inputs[:0], split.labels[:0], mask)

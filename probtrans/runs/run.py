@@ -213,7 +213,7 @@ class Run(TemporaryFolder):
         step = max(len(inputs), 1) if online else PREDICT_CHUNK_ROWS
         parts = []
         for start in range(0, max(len(inputs), 1), step):  # no input: one empty chunk
-            chunk = inputs if len(inputs) <= step else rows_of(inputs, start, start + step)
+            chunk = inputs if len(inputs) <= step else inputs[start : start + step]
             split = chunk if isinstance(chunk, DataSplit) else self.as_split(chunk)
             probs, given = predictive(split, adapted=True)
             chosen = None if labels is None else labels[start : start + step]
@@ -342,15 +342,6 @@ def check_attention_options(path: Path, state: dict[str, Any], classifier: Class
                     f"fit): the weights are not used under another network; refit it, with "
                     f"{name} = {value!r} in the spec's attention table to train the same one"
                 )
-
-
-def rows_of(inputs: Any, start: int, stop: int) -> Any:
-    """Rows ``start`` … ``stop`` − 1 of :meth:`Run.predict`'s inputs (a list, an array, a
-    tensor or a :class:`DataSplit`)."""
-    if isinstance(inputs, DataSplit):
-        mask = None if inputs.mask is None else inputs.mask[start:stop]
-        return DataSplit(inputs.inputs[start:stop], inputs.labels[start:stop], mask)
-    return inputs[start:stop]
 
 
 @float32_default()
