@@ -222,11 +222,24 @@ def cmd_predict(args: argparse.Namespace) -> int:
             to_predict = run.as_split(rows.values, what=args.input)
         except ProbtransError as err:
             raise ProbtransError(f"{args.input}: {err}") from None
-    columns = run.predict(
+    chunks = run.predict_chunks(
         to_predict, samples=args.samples, seed=args.seed, progress=not args.quiet, labels=labels
     )
-    inputs = np.array(rows.values, dtype=str) if texts else np.arange(len(rows))
-    write_predictions({"text" if texts else "row": inputs, **columns}, out)
+
+    def with_inputs() -> Iterator[dict[str, np.ndarray]]:
+        """Each chunk's columns after the inputs they predict: the texts (as Python strings,
+        not NumPy's fixed width of the longest), or the rows' positions."""
+        start = 0
+        for columns in chunks:
+            end = start + len(next(iter(columns.values())))
+            if texts:
+                first = {"text": np.array(rows.values[start:end], dtype=object)}
+            else:
+                first = {"row": np.arange(start, end)}
+            yield {**first, **columns}
+            start = end
+
+    write_predictions(with_inputs(), out)
     if out is not None and not args.quiet:
         print(f"wrote {len(rows)} predictions of {args.run_dir} to {out}")
     return 0

@@ -29,7 +29,8 @@ Models emit sites through :func:`sample_attention` and :func:`kl_term`; the obje
 - *The caller's random state is the caller's*: probtrans seeds its own draws, and its public
   entry points (``probtrans.fit``, ``Run.load``, ``Run.predict``, ``Run.posterior_samples``,
   evaluation, ``train_classifier``) run under :func:`caller_random_state`, which saves the
-  global generators on entry and restores them on exit, so a call leaves them as it found them.
+  global generators on entry and restores them on exit, so a call leaves them as it found them;
+  a generator (``Run.predict_chunks``) runs each of its steps so (:class:`SteppedRandomState`).
 - *Mixed precision*: training may run a model under ``torch.autocast`` (bfloat16); the parts
   that must not be rounded to bfloat16 (SGPA's kernel matrices, Cholesky factors and GP
   conditionals, the Gaussian-mixture units, SNGP's spectral norm and random features, the
@@ -87,6 +88,32 @@ def caller_random_state() -> Iterator[None]:
         pyro.util.set_rng_state(state)
         if cuda is not None:
             torch.cuda.set_rng_state_all(cuda)
+
+
+class SteppedRandomState:
+    """The global random states of a computation that runs in steps with the caller's code
+    between them (a generator): each step, ``with state.step():``, runs under
+    :func:`caller_random_state` and starts from the states the previous step left, so the
+    steps draw as one uninterrupted computation would, and the caller's states between and
+    after the steps are the caller's."""
+
+    def __init__(self) -> None:
+        self.state: dict[str, Any] | None = None
+        self.cuda: list[Tensor] | None = None
+
+    @contextmanager
+    def step(self) -> Iterator[None]:
+        with caller_random_state():
+            if self.state is not None:
+                pyro.util.set_rng_state(self.state)
+            if self.cuda is not None:
+                torch.cuda.set_rng_state_all(self.cuda)
+            try:
+                yield
+            finally:
+                self.state = pyro.util.get_rng_state()
+                if torch.cuda.is_initialized():
+                    self.cuda = torch.cuda.get_rng_state_all()
 
 
 @contextmanager

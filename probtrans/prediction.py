@@ -32,12 +32,20 @@ Entropies are in nats (natural logarithms), computed by :mod:`probtrans.metrics`
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 
 from probtrans import metrics
-from probtrans.data.formats import find_format, formats, suffixes, table_rows
+from probtrans.data.formats import (
+    checked_chunks,
+    find_format,
+    formats,
+    suffixes,
+    table_length,
+    table_rows,
+)
 from probtrans.errors import ProbtransError
 from probtrans.io import atomic_write
 from probtrans.report import text_table
@@ -114,14 +122,20 @@ def _label_names(labels: np.ndarray, names: list[str], n_examples: int) -> np.nd
 
 
 # ----------------------------------------------------------------------------- outputs
-def write_predictions(columns: dict[str, np.ndarray], out: Path | None = None) -> Path | None:
-    """Write ``columns`` to ``out`` in the format its extension names (a format with a writer:
-    ``.csv``, ``.tsv`` (tab-separated), ``.jsonl`` (one JSON object per row), ``.parquet``
-    (typed columns, through pyarrow), ...) atomically, with full precision; returns ``out``.
-    Without ``out``, print :func:`format_predictions` to standard output and return None."""
-    table_rows(columns)  # checks the columns
+def write_predictions(
+    table: dict[str, np.ndarray] | Iterable[dict[str, np.ndarray]], out: Path | None = None
+) -> Path | None:
+    """Write ``table`` (columns, or the chunks of a table in order: each is written as it comes,
+    so a table of any length is written in the memory of one chunk) to ``out`` in the format
+    its extension names (a format with a writer: ``.csv``, ``.tsv`` (tab-separated),
+    ``.jsonl`` (one JSON object per row), ``.parquet`` (typed columns, through pyarrow), ...)
+    atomically, with full precision; returns ``out``. A chunk that fails (a ValueError for
+    columns of several lengths, or any error of whatever computes the chunks) leaves no file.
+    Without ``out``, print :func:`format_predictions` of the first rows to standard output
+    and return None."""
+    chunks = checked_chunks([table] if isinstance(table, dict) else table)
     if out is None:
-        print(format_predictions(columns))
+        print(format_predictions(*head(chunks, SHOWN_ROWS)))
         return None
     out = Path(out)
     writable = formats(writable=True)
@@ -134,22 +148,35 @@ def write_predictions(columns: dict[str, np.ndarray], out: Path | None = None) -
         )
     write = fmt.write
     try:
-        return atomic_write(out, lambda tmp: write(columns, tmp))
+        return atomic_write(out, lambda tmp: write(chunks, tmp))
     except OSError as err:
         raise ProbtransError(f"{out}: cannot be written ({err.strerror or err})") from None
 
 
-def format_predictions(columns: dict[str, np.ndarray], max_rows: int = SHOWN_ROWS) -> str:
+def head(chunks: Iterable[dict[str, np.ndarray]], rows: int) -> tuple[dict[str, np.ndarray], int]:
+    """The first ``rows`` rows of a table given in chunks, and how many rows it has."""
+    parts, total = [], 0
+    for columns in chunks:
+        if total < rows:
+            parts.append({name: np.asarray(v)[: rows - total] for name, v in columns.items()})
+        total += table_length(columns)
+    return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}, total
+
+
+def format_predictions(
+    columns: dict[str, np.ndarray], total: int | None = None, max_rows: int = SHOWN_ROWS
+) -> str:
     """A text table of ``columns``: numbers with 4 decimals, right-aligned, texts cut to
     :data:`SHOWN_CHARACTERS`; at most the first ``max_rows`` rows, then a line saying how many
-    more there are."""
+    more there are (of ``total`` where ``columns`` are the first rows of a longer table)."""
     rows = table_rows(columns)
+    total = len(rows) if total is None else total
     shown = [[shown_value(value) for value in row] for row in rows[:max_rows]]
     numeric = [np.issubdtype(np.asarray(v).dtype, np.number) for v in columns.values()]
     lines = [text_table([list(columns), *shown], numeric)]
-    more = len(rows) - len(shown)
+    more = total - len(shown)
     if more:
-        lines.append(f"… and {more} more row{'s' * (more > 1)} (of {len(rows)})")
+        lines.append(f"… and {more} more row{'s' * (more > 1)} (of {total})")
     return "\n".join(lines)
 
 

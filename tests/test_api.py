@@ -543,3 +543,30 @@ def test_predict_in_chunks_gives_what_one_pass_gives(map_softmax_run, monkeypatc
                 np.testing.assert_array_equal(chunked[name], values, err_msg=name)
             else:
                 np.testing.assert_allclose(chunked[name], values, rtol=1e-5, err_msg=name)
+
+
+def test_predict_chunks_are_predict_a_chunk_at_a_time(tiny_run, monkeypatch):
+    """``Run.predict_chunks`` gives ``predict``'s rows a chunk at a time, the same numbers
+    (H-STO attention draws its weights), while the caller draws random numbers between the
+    chunks: each chunk leaves the caller's random state as it found it, and the caller's draws
+    change no prediction."""
+    import probtrans.runs.run
+
+    monkeypatch.setattr(probtrans.runs.run, "PREDICT_CHUNK_ROWS", 6)
+    run = Run.load(tiny_run)
+    inputs = run.data.test.inputs[:20].numpy()
+    whole = run.predict(inputs, samples=3, seed=2)
+    torch.manual_seed(5)
+    state = pyro.util.get_rng_state()
+    chunks = run.predict_chunks(inputs, samples=3, seed=2)
+    assert_random_state_is(state)  # the draws and the validation predictive: on the call
+    parts = []
+    for columns in chunks:
+        assert_random_state_is(state)
+        parts.append(columns)
+        torch.rand(3), np.random.rand(), random.random()  # the caller's own draws
+        state = pyro.util.get_rng_state()
+    assert [len(part["entropy"]) for part in parts] == [6, 6, 6, 2]
+    for name, values in whole.items():
+        np.testing.assert_array_equal(np.concatenate([p[name] for p in parts]), values, name)
+    assert not np.allclose(whole["std_top"], 0)  # the draws differ: the random state matters

@@ -29,7 +29,7 @@ from probtrans.data.files import (
     read_inputs,
     read_texts,
 )
-from probtrans.data.formats import formats, suffixes
+from probtrans.data.formats import TextColumn, formats, suffixes
 from probtrans.errors import ProbtransError
 
 TEXTS = ["A fine film, truly.", 'He said "no".', "Ünïcode ✓"]
@@ -523,3 +523,26 @@ def test_an_unreachable_hub_fails_at_once_without_retries(monkeypatch):
     monkeypatch.setattr(HfApi, "dataset_info", missing)
     with pytest.raises(ProbtransError, match="no such data set on the Hugging Face hub"):
         read_texts(parse_source("hf:nobody/nothing"))
+
+
+def test_a_text_column_reads_as_the_list_of_its_texts(tmp_path, monkeypatch):
+    """A table's texts stay Arrow strings (:class:`TextColumn`) and read as the list they are:
+    items, slices of any step and sign, iteration across Arrow chunks and slice sizes."""
+    import pyarrow as pa
+
+    texts = [f"text {i}" for i in range(10)] + ["ünï", None]
+    column = TextColumn(pa.chunked_array([texts[:4], texts[4:9], texts[9:]]))
+    monkeypatch.setattr(TextColumn, "SLICE_ROWS", 5)
+    assert len(column) == 12 and list(column) == texts and column == texts
+    for index in (0, 3, 4, 10, -1, -12):
+        assert column[index] == texts[index]
+    for part in (slice(2, 7), slice(None, None, -3), slice(-5, None), slice(8, 3), slice(1, 50, 4)):
+        assert column[part] == texts[part]
+    with pytest.raises(IndexError):
+        column[12]
+    assert column != texts[:-1] and column != "text 0"
+    path = _write(
+        tmp_path / "rows.csv", "text,label\n" + "".join(f"t{i},{i % 2}\n" for i in range(30))
+    )
+    rows = read_inputs(str(path), "text")
+    assert isinstance(rows.values, TextColumn) and rows.values == [f"t{i}" for i in range(30)]

@@ -33,9 +33,12 @@ def read_psv(path: Path, options) -> Rows:
     return Rows(column[options.text_column], labels, None, lambda row: f"{path}:{row + 2}")
 
 
-def write_psv(columns, path: Path) -> None:
-    lines = ["|".join(columns)] + ["|".join(map(str, row)) for row in table_rows(columns)]
-    path.write_text("\\n".join(lines) + "\\n", encoding="utf-8")
+def write_psv(chunks, path: Path) -> None:
+    with path.open("w", encoding="utf-8") as fh:
+        for number, columns in enumerate(chunks):  # a chunk of rows at a time
+            if number == 0:
+                fh.write("|".join(columns) + "\\n")
+            fh.writelines("|".join(map(str, row)) + "\\n" for row in table_rows(columns))
 
 
 register_format(Format("PSV", (".psv",), "text", read_psv, write_psv))

@@ -145,6 +145,46 @@ def test_write_and_read_back_parquet(tmp_path):
     assert [p.name for p in out.parent.iterdir()] == [out.name]  # no temporary file left
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl", ".parquet"])
+def test_a_table_written_in_chunks_is_the_table_written_whole(tmp_path, suffix):
+    """``probtrans predict`` writes each chunk of rows as it is predicted: the file is byte for
+    byte the one written from the whole table (Parquet: the same table read back), texts as
+    Python strings or NumPy's, and a chunk that fails leaves the previous file as it was."""
+    columns = columns_with_labels()
+    columns = {"text": np.array(["a,b", 'say "hi"', "ünï\tcode"]), **columns}
+    whole = write_predictions(columns, tmp_path / f"whole{suffix}")
+
+    def chunks(fail: bool = False):
+        for rows in (slice(0, 2), slice(2, 2), slice(2, 3)):
+            if fail and rows.start == 2:
+                raise ProbtransError("the second chunk failed")
+            yield {
+                name: np.array(values[rows], dtype=object if name == "text" else values.dtype)
+                for name, values in columns.items()
+            }
+
+    chunked = write_predictions(chunks(), tmp_path / f"chunked{suffix}")
+    if suffix == ".parquet":
+        assert pq.read_table(chunked).equals(pq.read_table(whole))
+    else:
+        assert chunked.read_bytes() == whole.read_bytes()
+    with pytest.raises(ProbtransError, match="the second chunk failed"):
+        write_predictions(chunks(fail=True), chunked)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"chunked{suffix}", f"whole{suffix}"]
+    assert write_predictions(chunks(), tmp_path / f"again{suffix}").read_bytes() == (
+        chunked.read_bytes()
+    )
+
+
+def test_chunks_of_other_columns_are_refused(tmp_path):
+    first = {"a": np.zeros(2), "b": np.ones(2)}
+    with pytest.raises(ValueError, match=r"every chunk must have the columns \['a', 'b'\]"):
+        write_predictions(iter([first, {"b": np.ones(1), "a": np.zeros(1)}]), tmp_path / "x.csv")
+    with pytest.raises(ValueError, match="no columns to write"):
+        write_predictions(iter([]), tmp_path / "x.csv")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_write_errors(tmp_path):
     with pytest.raises(ProbtransError, match=r"pred\.txt: unknown extension '\.txt'; predictions"):
         write_predictions(columns_with_labels(), tmp_path / "pred.txt")

@@ -167,7 +167,7 @@ def _checked(rows: Rows, options: ReadOptions, column: str | None) -> Rows:
     """``rows`` with their labels checked (``column`` names them) and, for texts, their texts;
     a problem raises ProbtransError listing the first malformed rows."""
     problems: list[tuple[int, str]] = []
-    if isinstance(rows.values, list):
+    if not isinstance(rows.values, np.ndarray):  # texts
         problems = [
             (row, problem)
             for row, text in enumerate(rows.values)

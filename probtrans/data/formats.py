@@ -33,11 +33,11 @@ import re
 import sys
 import tempfile
 import zlib
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, overload
 
 import numpy as np
 
@@ -59,11 +59,55 @@ Kind = Literal["text", "image"]
 
 
 # ----------------------------------------------------------------------------- rows
+class TextColumn(Sequence[str]):
+    """The texts of a table read through ``datasets``, kept as its Arrow strings (about the
+    size of the texts themselves) and made Python strings a slice at a time: ``column[a:b]`` is
+    a list, and iterating goes :data:`SLICE_ROWS` rows at a time. So ``probtrans predict`` holds
+    an input of millions of rows once, compactly. Equal to a list of the same texts."""
+
+    SLICE_ROWS = 8192
+
+    def __init__(self, array: Any) -> None:
+        self.array = array  # a pyarrow (Chunked)Array of strings (None where a row has none)
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return [self[row] for row in range(start, stop, step)]
+            return self.array.slice(start, max(stop - start, 0)).to_pylist()
+        row = range(len(self))[index]  # IndexError out of range, as a list
+        return self.array[row].as_py()
+
+    def __iter__(self) -> Iterator[str]:
+        for start in range(0, len(self), self.SLICE_ROWS):
+            yield from self[start : start + self.SLICE_ROWS]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TextColumn | list):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking, as a list
+
+    def __repr__(self) -> str:
+        return f"TextColumn({len(self)} texts)"
+
+
 @dataclass
 class Rows:
     """The rows read from one source."""
 
-    values: list[str] | np.ndarray  # texts, or images (N, C, H, W) in the source's dtype
+    values: Sequence[str] | np.ndarray  # texts, or images (N, C, H, W) in the source's dtype
     labels: list[int | str] | None  # raw label values, None when the source has no label column
     label_names: list[str] | None  # class names a datasets ClassLabel feature gives, else None
     where: Callable[[int], str]  # row number (0-based) → "FILE:LINE", "FILE: row K", ...
@@ -94,14 +138,17 @@ class ReadOptions:
 
 
 Reader = Callable[[Path, ReadOptions], Rows]
-Writer = Callable[[dict[str, np.ndarray], Path], None]
+#: writes a table given as its chunks in order (each a dict of 1-D columns, the same names in
+#: each), one chunk in memory at a time: ``probtrans predict`` writes each chunk as it is predicted
+Writer = Callable[[Iterable[dict[str, np.ndarray]], Path], None]
 
 
 @dataclass(frozen=True)
 class Format:
     """A file format: its name (in help and messages), its suffixes (lower case, with the dot),
     what its rows hold, its reader (errors name ``FILE:LINE``, or ``FILE: row K`` where a file
-    has no lines), its writer of a table of columns (None: not written), and whether its rows
+    has no lines), its writer of a table given in chunks of columns (:data:`Writer`; None: not
+    written), and whether its rows
     can hold labels."""
 
     name: str
@@ -403,9 +450,10 @@ def _rows_of(dataset: Any, name: str, options: ReadOptions, label: str | None, w
     """The text and label columns of a loaded table as :class:`Rows` (``name`` names it)."""
     if len(dataset) == 0:
         raise ProbtransError(f"{name}: no rows")
-    data = dataset.select_columns([options.text_column] + ([label] if label else []))[:]
-    labels = data[label] if label else None
-    return Rows(data[options.text_column], labels, class_names(dataset, label), where)
+    labels = dataset[label] if label else None
+    texts = TextColumn(dataset.data.column(options.text_column))
+    texts.array.validate(full=True)  # bytes that are not UTF-8 raise here, as a read would
+    return Rows(texts, labels, class_names(dataset, label), where)
 
 
 def dataset_texts(dataset: Any, name: str, options: ReadOptions, where) -> Rows:
@@ -714,43 +762,87 @@ def read_npz_images(path: Path, options: ReadOptions) -> Rows:
 # ----------------------------------------------------------------------------- writers
 def table_rows(columns: dict[str, np.ndarray]) -> list[list]:
     """The rows of ``columns`` (1-D arrays of one length) as Python values (float, int, str)."""
+    table_length(columns)
+    arrays = [np.asarray(values).tolist() for values in columns.values()]
+    return [list(row) for row in zip(*arrays, strict=True)]
+
+
+def table_length(columns: dict[str, np.ndarray]) -> int:
+    """The number of rows of ``columns``; ValueError unless they are 1-D arrays of one length."""
     if not columns:
         raise ValueError("no columns to write")
-    arrays = {name: np.asarray(values) for name, values in columns.items()}
-    lengths = {name: a.shape for name, a in arrays.items()}
-    n = len(next(iter(arrays.values())))
-    if any(a.ndim != 1 or len(a) != n for a in arrays.values()):
-        raise ValueError(f"columns must be 1-D of one length, got shapes {lengths}")
-    return [list(row) for row in zip(*(a.tolist() for a in arrays.values()), strict=True)]
+    shapes = {name: np.shape(values) for name, values in columns.items()}
+    lengths = {shape[0] if len(shape) == 1 else -1 for shape in shapes.values()}
+    if len(lengths) != 1 or -1 in lengths:
+        raise ValueError(f"columns must be 1-D of one length, got shapes {shapes}")
+    return lengths.pop()
+
+
+def checked_chunks(chunks: Iterable[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
+    """``chunks`` as they are, each checked (:func:`table_length`) and to have the first one's
+    column names in its order; ValueError for a table with no chunk."""
+    names = None
+    for columns in chunks:
+        table_length(columns)
+        if names is None:
+            names = list(columns)
+        elif list(columns) != names:
+            raise ValueError(f"every chunk must have the columns {names}, got {list(columns)}")
+        yield columns
+    if names is None:
+        raise ValueError("no columns to write")
 
 
 def write_delimited(delimiter: str) -> Writer:
     """The writer of a header line and one line per row, fields split on ``delimiter``."""
 
-    def write(columns: dict[str, np.ndarray], path: Path) -> None:
+    def write(chunks: Iterable[dict[str, np.ndarray]], path: Path) -> None:
         with open(path, "w", newline="", encoding="utf-8") as fh:
             writer = csv.writer(fh, delimiter=delimiter, lineterminator="\n")
-            writer.writerow(list(columns))
-            writer.writerows(table_rows(columns))
+            for number, columns in enumerate(chunks):
+                if number == 0:
+                    writer.writerow(list(columns))
+                writer.writerows(table_rows(columns))
 
     return write
 
 
-def write_json_lines(columns: dict[str, np.ndarray], path: Path) -> None:
+def write_json_lines(chunks: Iterable[dict[str, np.ndarray]], path: Path) -> None:
     """One JSON object per row."""
-    names = list(columns)
     with open(path, "w", encoding="utf-8") as fh:
-        for row in table_rows(columns):
-            fh.write(json.dumps(dict(zip(names, row, strict=True))) + "\n")
+        for columns in chunks:
+            names = list(columns)
+            for row in table_rows(columns):
+                fh.write(json.dumps(dict(zip(names, row, strict=True))) + "\n")
 
 
-def write_parquet(columns: dict[str, np.ndarray], path: Path) -> None:
-    """One Parquet table: strings, float64 and integers as they are (through pyarrow)."""
+def write_parquet(chunks: Iterable[dict[str, np.ndarray]], path: Path) -> None:
+    """One Parquet table, a row group per chunk: strings, float64 and integers as they are (the
+    schema is the first chunk's, through pyarrow)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table({name: pa.array(np.asarray(values)) for name, values in columns.items()})
-    pq.write_table(table, path)
+    writer = None
+    try:
+        for columns in chunks:
+            arrays = {name: _arrow(np.asarray(values)) for name, values in columns.items()}
+            if writer is None:
+                table = pa.table(arrays)
+                writer = pq.ParquetWriter(path, table.schema)
+            else:
+                table = pa.table(arrays).cast(writer.schema)
+            writer.write_table(table)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def _arrow(values: np.ndarray) -> Any:
+    """A pyarrow array of a column: texts (NumPy strings or Python str objects, which a column
+    of long texts is kept as) as strings, even where there are none."""
+    import pyarrow as pa
+
+    return pa.array(values, type=pa.string() if values.dtype.kind in "OU" else None)
 
 
 # ----------------------------------------------------------------------------- the table

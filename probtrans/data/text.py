@@ -172,7 +172,7 @@ def read_source(key: str) -> Dataset:
         classes=CLASSES,
         header=source.header,
     )
-    return Dataset.from_dict({"text": rows.values, "label": rows.labels})
+    return Dataset.from_dict({"text": list(rows.values), "label": rows.labels})
 
 
 # --------------------------------------------------------------------------------- protocols

@@ -6,7 +6,8 @@ from __future__ import annotations
 import copy
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from probtrans import metrics
 from probtrans.attention import inducing_sites
 from probtrans.checkpoint import UnreadableCheckpoint, load_checkpoint, require
 from probtrans.contract import (
+    SteppedRandomState,
     caller_random_state,
     float32_default,
     keep_params_local,
@@ -149,10 +151,6 @@ class Run(TemporaryFolder):
             return sys.maxsize
         return min(len(value) for value in self.draws.values())
 
-    @float32_default()
-    @no_thread_left()
-    @local_params()
-    @caller_random_state()
     def predict(
         self,
         inputs: list[str] | torch.Tensor | np.ndarray | DataSplit,
@@ -175,51 +173,87 @@ class Run(TemporaryFolder):
         each batch of ``inputs`` before predicting it (:mod:`probtrans.test_time`); the
         percentiles stay those of the run's unadapted validation predictive. Seeded by
         ``seed``; the caller's random state is restored on return
-        (:func:`~probtrans.contract.caller_random_state`)."""
+        (:func:`~probtrans.contract.caller_random_state`). :meth:`predict_chunks` gives the
+        same rows a chunk at a time."""
+        chunks = self.predict_chunks(inputs, samples, seed, progress, labels, adapt, adapt_online)
+        parts = list(chunks)
+        return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+
+    def predict_chunks(
+        self,
+        inputs: Sequence[str] | torch.Tensor | np.ndarray | DataSplit,
+        samples: int | None = None,
+        seed: int = 0,
+        progress: bool = False,
+        labels: np.ndarray | None = None,
+        adapt: str | Options | None = None,
+        adapt_online: bool = False,
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """:meth:`predict` a chunk of :data:`PREDICT_CHUNK_ROWS` inputs at a time: the columns
+        of each chunk, in order (one empty chunk for no input), computed as the caller asks for
+        it, so that inputs and outputs of any length take the memory of one chunk (``inputs``
+        need only a length and slices: a lazy sequence of texts is read a chunk at a time).
+        Joined, the chunks are :meth:`predict`'s columns, the same numbers. The posterior draws
+        and the validation predictive are computed on the call; each chunk runs under the
+        caller's random state left as it was between chunks
+        (:class:`~probtrans.contract.SteppedRandomState`). Tent's online adaptation
+        (``adapt_online``) carries its state through all the inputs: one chunk."""
         samples = self.predictive_samples(samples)
         seed = check_seed(seed, f"seed = {seed!r}")
-        draws = self.posterior_samples(samples, seed)
-        pyro.set_rng_seed(seed)  # the local randomness, as in evaluation
-        batch = self.inference_spec.predictive.batch_size
-        device = self.device
-        density = self.feature_density()
-        sites = ("features",) if density is not None else ()
         options = None if adapt is None else adaptation_options(adapt, adapt_online)
+        state = SteppedRandomState()
 
-        def predictive(
-            part: DataSplit, adapted: bool = False
-        ) -> tuple[np.ndarray, dict[str, np.ndarray] | None]:
-            common = dict(draws=draws, extra_sites=sites, progress=progress)
-            if adapted and options is not None:
-                out = adapted_predictive(
-                    self.classifier, None, part, options, samples, batch, device, **common
-                )
+        def step() -> ExitStack:
+            stack = ExitStack()
+            for context in (float32_default(), no_thread_left(), local_params(), state.step()):
+                stack.enter_context(context)
+            return stack
+
+        with step():
+            draws = self.posterior_samples(samples, seed)
+            pyro.set_rng_seed(seed)  # the local randomness, as in evaluation
+            batch = self.inference_spec.predictive.batch_size
+            density = self.feature_density()
+            sites = ("features",) if density is not None else ()
+
+            def predictive(
+                part: DataSplit, adapted: bool = False
+            ) -> tuple[np.ndarray, dict[str, np.ndarray] | None]:
+                common = dict(draws=draws, extra_sites=sites, progress=progress)
+                if adapted and options is not None:
+                    out = adapted_predictive(
+                        self.classifier, None, part, options, samples, batch, self.device, **common
+                    )
+                else:
+                    out = sample_predictive(
+                        self.classifier, None, part, samples, batch, self.device, **common
+                    )
+                # probs (S, N, C), the feature scores of the features averaged over the S draws
+                given = None if density is None else density.scores(out["features"].mean(0))
+                return out["probs"], given
+
+            kept = self.kept_predictives()
+            if kept is not None and (density is None or "val" in kept.features):
+                validation, references = kept.probs["plain"]["val"], kept.features.get("val")
             else:
-                out = sample_predictive(
-                    self.classifier, None, part, samples, batch, device, **common
-                )
-            # probs (S, N, C), the feature scores of the features averaged over the S draws
-            given = None if density is None else density.scores(out["features"].mean(0))
-            return out["probs"], given
-
-        kept = self.kept_predictives()
-        if kept is not None and (density is None or "val" in kept.features):
-            validation, references = kept.probs["plain"]["val"], kept.features.get("val")
-        else:
-            validation, references = predictive(self.data.val)
-        reference = metrics.predictive_entropy(validation)
-        pyro.set_rng_seed(seed)  # the inputs' local randomness, as in evaluation
+                validation, references = predictive(self.data.val)
+            reference = metrics.predictive_entropy(validation)
+            pyro.set_rng_seed(seed)  # the inputs' local randomness, as in evaluation
         online = options is not None and options.online  # Tent's state runs through the inputs
-        step = max(len(inputs), 1) if online else PREDICT_CHUNK_ROWS
-        parts = []
-        for start in range(0, max(len(inputs), 1), step):  # no input: one empty chunk
-            chunk = inputs if len(inputs) <= step else inputs[start : start + step]
-            split = chunk if isinstance(chunk, DataSplit) else self.as_split(chunk)
-            probs, given = predictive(split, adapted=True)
-            chosen = None if labels is None else labels[start : start + step]
-            names = self.data.class_names
-            parts.append(prediction_columns(probs, names, reference, chosen, given, references))
-        return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+        rows = max(len(inputs), 1) if online else PREDICT_CHUNK_ROWS
+
+        def chunks() -> Iterator[dict[str, np.ndarray]]:
+            for start in range(0, max(len(inputs), 1), rows):  # no input: one empty chunk
+                with step():
+                    chunk = inputs[start : start + rows]
+                    split = chunk if isinstance(chunk, DataSplit) else self.as_split(chunk)
+                    probs, given = predictive(split, adapted=True)
+                    chosen = None if labels is None else labels[start : start + rows]
+                    names = self.data.class_names
+                    columns = prediction_columns(probs, names, reference, chosen, given, references)
+                yield columns
+
+        return chunks()
 
     def kept_predictives(self) -> KeptPredictives | None:
         """What the run's ``probs.npz`` keeps (the validation predictive and scores), if any. A
