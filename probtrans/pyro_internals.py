@@ -25,13 +25,18 @@ version's source and add it). Nothing else in probtrans imports a private Pyro n
   plain ``nn.Module``\ s do, without the ``param`` messages the block would stop anyway
   (``PyroModule.__getattr__`` sends one per parameter read; ``_pyro_params``,
   ``_pyro_samples``, ``_pyro_name`` and ``_pyro_context`` say which reads are plain).
+- :func:`frozen_parameters_unwarned`: the warning ``pyro.module`` gives, with the global param
+  store, for each parameter with ``requires_grad=False`` of a module in training mode (its text,
+  :data:`FROZEN_PARAMETER_WARNING`), not shown inside the block.
 """
 
 from __future__ import annotations
 
 import copyreg
 import functools
+import warnings
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
@@ -70,6 +75,21 @@ def particle_traces(
 def particle_loss(elbo: ELBO, model_trace: Trace, guide_trace: Trace) -> tuple[Any, Any]:
     """(loss, surrogate loss) of one particle, as ``elbo.differentiable_loss`` sums them."""
     return elbo._differentiable_loss_particle(model_trace, guide_trace)
+
+
+#: the warning ``pyro.module`` gives for a parameter with ``requires_grad=False`` (a regex)
+FROZEN_PARAMETER_WARNING = r".* was not registered in the param store because requires_grad=False"
+
+
+@contextmanager
+def frozen_parameters_unwarned() -> Iterator[None]:
+    """Inside the block, Pyro's warning for a frozen parameter of a module that a
+    ``PyroModule`` reads under the global param store (``pyro.module`` skips it, and warns
+    once per parameter while the module trains) is not shown: a frozen backbone is frozen on
+    purpose, and a real one has hundreds of parameters. Every other warning is shown."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=FROZEN_PARAMETER_WARNING, category=UserWarning)
+        yield
 
 
 def pyro_sample_names(module: object) -> list[str]:

@@ -883,6 +883,51 @@ def test_images_are_standardised_with_the_backbones_image_processor(tmp_path, ba
     torch.testing.assert_close(inputs, ((pixels - 0.5) / 0.25)[:, None])
 
 
+def test_a_frozen_backbone_trains_with_pyros_global_param_store_without_a_warning(backbones):
+    """A user's own SVI in Pyro's default mode (the global param store) over a frozen backbone
+    in training mode (dropout on) with H-STO swapped in: ``pyro.module`` would warn
+    once for each frozen parameter (a flood for a real model); the backbone is frozen on
+    purpose, so no warning is shown, and what is trainable (the swapped layer's own
+    parameters) is registered in the param store and trained."""
+    from pyro.infer import SVI, Trace_ELBO
+    from pyro.infer.autoguide import AutoNormal
+
+    backbone = pretrained(backbones["bert"])
+    backbone.requires_grad_(False)
+    encoder = probtrans.swap_attention(backbone.train(), [-1], "h_sto")
+
+    class Model(PyroModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = encoder
+
+        def forward(self, ids, mask, y=None):
+            weight = pyro.sample(
+                "w", pyro.distributions.Normal(0.0, 1.0).expand([32, 2]).to_event(2)
+            )
+            with pyro.plate("data", len(ids)):
+                hidden = self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+                logits = hidden.mean(-2) @ weight
+                return pyro.sample("y", pyro.distributions.Categorical(logits=logits), obs=y)
+
+    inputs = model_inputs("bert", backbones["bert"])
+    ids, mask, labels = inputs["input_ids"], inputs["attention_mask"], torch.tensor([0, 1, 0])
+    model = probtrans.self_guided(Model())
+    pyro.clear_param_store()
+    svi = SVI(model, AutoNormal(model), pyro.optim.Adam({"lr": 1e-2}), Trace_ELBO())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            assert math.isfinite(svi.step(ids, mask, labels))
+    frozen = [str(w.message) for w in caught if "requires_grad=False" in str(w.message)]
+    assert frozen == []
+    names = set(pyro.get_param_store().keys())
+    own = {name for name in names if ".attention.self.attn." in name}
+    assert own and "AutoNormal.locs.w" in names  # the swapped layer's parameters are trained
+    assert not any("word_embeddings" in name or "query" in name for name in names)  # frozen
+    pyro.clear_param_store()
+
+
 def test_a_swapped_layer_under_vectorised_plates_is_refused_in_one_line(backbones):
     """``Predictive(parallel=True)`` around a Hugging Face model with H-STO swapped in: one
     error naming the layer, the shapes and ``parallel=False``, not a shape error from inside

@@ -19,6 +19,7 @@ from probtrans.contract import local_params
 from probtrans.pyro_internals import (
     CHECKED_PYRO_VERSIONS,
     ParamsUnsent,
+    frozen_parameters_unwarned,
     handler_stack,
     is_prototype_block,
     particle_loss,
@@ -179,3 +180,28 @@ def test_a_quiet_module_pickles_and_copies_as_the_module_it_was():
             assert type(copied.inner) is PyroModule[torch.nn.Linear]
             state, expected = copied.state_dict(), net.state_dict()
             assert all(torch.equal(state[k], expected[k]) for k in expected)
+
+
+def test_pyro_module_warns_for_each_frozen_parameter_and_the_block_hides_only_that():
+    """``pyro.module`` (what a ``PyroModule`` calls on a plain submodule under the global param
+    store) warns once per parameter with requires_grad=False of a training module, in the text
+    :data:`FROZEN_PARAMETER_WARNING` matches; inside :func:`frozen_parameters_unwarned` those
+    are not shown, any other warning is, and the trainable parameter is registered either way."""
+    import warnings
+
+    layer = torch.nn.Linear(2, 2)
+    layer.weight.requires_grad_(False)
+    pyro.clear_param_store()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pyro.module("layer", layer)
+        with frozen_parameters_unwarned():
+            pyro.module("layer", layer)
+            warnings.warn("another warning", stacklevel=1)
+    assert [str(w.message) for w in caught] == [
+        "weight was not registered in the param store because requires_grad=False. You can "
+        "silence this warning by calling my_module.train(False)",
+        "another warning",
+    ]
+    assert list(pyro.get_param_store().keys()) == ["layer$$$bias"]
+    pyro.clear_param_store()

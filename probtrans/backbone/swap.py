@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from probtrans.attention import ATTENTION
 from probtrans.encoder import make_attention
 from probtrans.errors import ConfigError, ProbtransError
-from probtrans.pyro_internals import DeepPyroModule
+from probtrans.pyro_internals import DeepPyroModule, frozen_parameters_unwarned
 from probtrans.specs import Spec
 from probtrans.specs.attention import ATTENTION_OPTIONS, in_backbone
 
@@ -219,7 +219,10 @@ def swap_blocks(
 class PyroBackbone(DeepPyroModule):
     """A Hugging Face model as a ``PyroModule`` for your own Pyro model: called as the model
     itself, its swapped layers' sites named after their path (``model.encoder.layer.1.
-    attention.self.attn.a_v``, prefixed by the attribute that holds it in your module)."""
+    attention.self.attn.a_v``, prefixed by the attribute that holds it in your module). Under
+    Pyro's global param store its trainable parameters are registered there as ``pyro.module``
+    registers them, and its frozen ones are left out without a warning each
+    (:func:`~probtrans.pyro_internals.frozen_parameters_unwarned`)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
@@ -227,7 +230,8 @@ class PyroBackbone(DeepPyroModule):
         self.attach_deep()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.model(*args, **kwargs)
+        with frozen_parameters_unwarned():  # a frozen backbone under the global param store
+            return self.model(*args, **kwargs)
 
 
 def swap_attention(
