@@ -6,11 +6,12 @@ for one epoch on CR, then ``probtrans predict RUN rows.csv --out predictions.csv
 runs on generated files of 10⁴, 10⁵ and 10⁶ rows (sentences of 5 to 25 words drawn from CR's
 vocabulary), each in a fresh process whose peak resident memory (``ru_maxrss``) it reports:
 
-- **before**: the whole input tokenised and predicted at once, as ``predict`` did before
-  (``probtrans.runs.run.PREDICT_CHUNK_ROWS`` set above the row count);
-- **after**: ``Run.predict`` tokenises and predicts :data:`~probtrans.runs.run.
-  PREDICT_CHUNK_ROWS` rows at a time; what stays is the input's text and the prediction
-  columns (a few numbers per row) until the file is written.
+- **before**: the whole input in one chunk (``probtrans.runs.run.PREDICT_CHUNK_ROWS`` set
+  above the row count): its tokens, draws and columns held at once, as ``predict`` did before it
+  predicted in chunks;
+- **after**: ``predict`` as it is: :data:`~probtrans.runs.run.PREDICT_CHUNK_ROWS` rows at a time
+  taken from the input (its texts held once, as Arrow strings: about the file's size),
+  tokenised, predicted and written to the output file before the next.
 
 Needs the CR files (``PROBTRANS_DATA_DIR``). Run it alone (two torch processes on a 2-core
 machine halve both).

@@ -7,7 +7,7 @@ import copy
 import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -203,11 +203,10 @@ class Run(TemporaryFolder):
         options = None if adapt is None else adaptation_options(adapt, adapt_online)
         state = SteppedRandomState()
 
-        def step() -> ExitStack:
-            stack = ExitStack()
-            for context in (float32_default(), no_thread_left(), local_params(), state.step()):
-                stack.enter_context(context)
-            return stack
+        @contextmanager
+        def step() -> Iterator[None]:  # a step of this work, between the caller's
+            with float32_default(), no_thread_left(), local_params(), state.step():
+                yield
 
         with step():
             draws = self.posterior_samples(samples, seed)
