@@ -37,6 +37,7 @@ from sklearn.metrics import (
     roc_curve,
 )
 
+from probtrans.errors import ConfigError
 from probtrans.registry import Registry
 
 _PROB_FLOOR = 1e-12  # p(y) is clamped here before taking the log in the NLL
@@ -555,6 +556,19 @@ def register_metric(metric: Metric) -> Metric:
     """Add ``metric`` after those registered: ``metrics.json``, the tables and the figures that
     its flags name show it from now on."""
     return METRICS.register(metric.name, metric)
+
+
+def monitored_metric(name: str, field: str) -> Metric:
+    """The metric ``name`` as early stopping monitors it (``[train] monitor``): registered, and
+    better higher or lower; else ConfigError naming ``field``."""
+    metric = METRICS.get(name, field)
+    if metric.higher_is_better is None:
+        ranked = [entry.name for entry in METRICS.entries() if entry.higher_is_better is not None]
+        raise ConfigError(
+            f"{field} = {name!r}: describes the predictive, neither better higher nor lower; "
+            f"monitor one of {', '.join(ranked)}"
+        )
+    return metric
 
 
 def register_score(score: Score) -> Score:

@@ -1,5 +1,5 @@
 """Name resolution: the names a spec uses (a data set, a guide, an inducing-variable guide, an
-uncertainty score) are checked against their registries, one layer above them.
+uncertainty score, the monitored metric) are checked against their registries, one layer above them.
 
 :func:`load_model_spec` and :func:`load_inference_spec` read a spec file, check it against its
 schema (:mod:`probtrans.specs`) and then check every registry name in it, so a typo stops a run
@@ -19,7 +19,7 @@ from probtrans.errors import ConfigError
 from probtrans.gp.guides import INDUCING_GUIDES
 from probtrans.guides import GUIDES
 from probtrans.hub import backbone_folder, check_reads_texts, image_statistics
-from probtrans.metrics import UNCERTAINTY_SCORES
+from probtrans.metrics import METRICS, UNCERTAINTY_SCORES, monitored_metric
 from probtrans.registry import Registry
 from probtrans.specs import InferenceSpec, ModelSpec, read_inference_spec, read_model_spec
 from probtrans.specs.base import SpecFile, updated
@@ -32,14 +32,18 @@ NAMES: dict[type[SpecFile], list[tuple[str, Registry]]] = {
         ("guide.name", GUIDES),
         ("guide.inducing", INDUCING_GUIDES),
         ("predictive.ood_score", UNCERTAINTY_SCORES),
+        ("train.monitor", METRICS),
     ],
 }
 
 
 def check_names(spec: SpecFile) -> None:
-    """Raise ConfigError naming the file and field of the first unknown registry name."""
+    """Raise ConfigError naming the file and field of the first unknown registry name (or
+    ``train.monitor`` naming a metric that is neither better higher nor lower)."""
     for dotted, registry in NAMES.get(type(spec), []):
         registry.get(functools.reduce(getattr, dotted.split("."), spec), f"{spec.file}: {dotted}")
+    if isinstance(spec, InferenceSpec):
+        monitored_metric(spec.train.monitor, f"{spec.file}: train.monitor")
 
 
 def load_model_spec(path: str | os.PathLike[str], text: str | None = None) -> ModelSpec:

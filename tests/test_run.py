@@ -16,7 +16,7 @@ from probtrans import metrics
 from probtrans.checkpoint import load_checkpoint
 from probtrans.cli import main
 from probtrans.data import DataBundle
-from probtrans.errors import ProbtransError
+from probtrans.errors import ConfigError, ProbtransError
 from probtrans.inference.predictive import sample_predictive
 from probtrans.inference.train import (
     STATEFUL_KEYS,
@@ -220,6 +220,27 @@ def test_early_stopping_and_kl_annealing(digits):
     assert kl_annealing_at(spec, 0.0) == 0.0
     assert kl_annealing_at(spec, 2.5) == pytest.approx(0.5)
     assert kl_annealing_at(spec, 50.0) == 1.0
+
+
+def test_early_stopping_monitors_any_ranked_metric_in_its_direction(digits):
+    """``train.monitor`` is any registered metric that is better higher or lower: the epoch
+    kept has the lowest validation ECE (lower is better) of the history, the highest accuracy
+    when accuracy is monitored; a metric that ranks nothing, or an unknown one, is refused
+    naming the field."""
+    spec = load_inference_spec(ROOT / "inference" / "map.toml")
+    spec.train.epochs, spec.train.batch_size = 4, 256
+    for monitor, best in (("ece", np.argmin), ("accuracy", np.argmax)):
+        spec.train.monitor = monitor
+        classifier = build_classifier(tiny_spec("softmax"), digits)
+        result = train_classifier(classifier, digits, spec, progress=False)
+        values = [record[f"val_{monitor}"] for record in result.history]
+        assert len(set(values)) > 1 and result.best.epoch == 1 + int(best(values)), values
+    for name, message in (
+        ("entropy", "train.monitor = 'entropy': describes the predictive, neither better higher"),
+        ("auroc", "train.monitor = 'auroc': unknown metric"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            load_inference_spec("bad.toml", f'[train]\nmonitor = "{name}"\n')
 
 
 def learning_rates(optim: dict, total: int) -> list[float]:

@@ -65,7 +65,6 @@ from pyro.optim.clipped_adam import ClippedAdam
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from probtrans import metrics
 from probtrans.checkpoint import load_checkpoint, require, save_checkpoint
 from probtrans.contract import caller_random_state, local_params, outputs_unrecorded
 from probtrans.data import DataBundle
@@ -82,6 +81,7 @@ from probtrans.inference.objective import (
 )
 from probtrans.inference.predictive import sample_predictive
 from probtrans.inference.training_log import open_log
+from probtrans.metrics import monitored_metric
 from probtrans.model import Classifier
 from probtrans.progress import progress_bar
 from probtrans.pyro_internals import ParamsUnsent, quiet_reads
@@ -262,10 +262,12 @@ def kl_annealing_at(spec: InferenceSpec, epoch_progress: float) -> float:
 
 
 def improves(value: float, best: BestState | None, monitor: str) -> bool:
-    """Whether a validation ``monitor`` value beats the best state (lower NLL, else higher)."""
+    """Whether a validation ``monitor`` value beats the best state (higher or lower, as the
+    metric's registration says)."""
     if best is None:
         return True
-    return value < best.val_metric if monitor == "nll" else value > best.val_metric
+    higher = monitored_metric(monitor, "train.monitor").higher_is_better
+    return value > best.val_metric if higher else value < best.val_metric
 
 
 def validation_metric(
@@ -274,12 +276,11 @@ def validation_metric(
     probs = sample_predictive(
         classifier, guide, data.val, spec.train.val_samples, spec.predictive.batch_size, device
     )["probs"]
-    mean = metrics.predictive_mean(probs)
     labels = data.val.labels.numpy()
+    names = dict.fromkeys(["accuracy", "mcc", "nll", spec.train.monitor])  # the curves, monitor
     return {
-        "val_accuracy": metrics.accuracy(mean, labels),
-        "val_mcc": metrics.mcc(mean, labels),
-        "val_nll": metrics.nll(mean, labels),
+        f"val_{name}": monitored_metric(name, "train.monitor").function(probs, labels)
+        for name in names
     }
 
 

@@ -86,8 +86,9 @@ class TrainSpec(Spec):
     """Rows per optimiser step; with N processes (torchrun), each takes about batch_size / N."""
     patience: NonNegativeInt = 0
     """Stop after this many epochs without improvement; 0 = never."""
-    monitor: Literal["accuracy", "mcc", "nll"] = "accuracy"
-    """Validation metric whose best epoch is kept."""
+    monitor: str = "accuracy"
+    """Validation metric whose best epoch is kept: any metric of ``metrics.json`` that is
+    better higher or lower (accuracy, mcc, nll, brier, ece, ...; :mod:`probtrans.metrics`)."""
     val_samples: PositiveInt = 3
     """Posterior samples of the validation metric."""
     group_by_length: bool = False
