@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from tokenizers import Tokenizer
@@ -25,6 +23,7 @@ from torch import nn
 
 from probtrans.errors import ConfigError, ProbtransError
 from probtrans.io import write_text
+from probtrans.transformers_internals import progress_bars_off
 
 HUB = "hf:"
 #: a backbone shipped by an installed Python package: ``package:MODULE``, whose
@@ -135,7 +134,7 @@ def load_backbone(folder: Path, pretrained: bool, field: str = "model.backbone")
 
     config = load_config(folder, field)
     try:
-        with _no_progress_bars():
+        with progress_bars_off():
             if pretrained:
                 return AutoModel.from_pretrained(folder, config=config)
             return AutoModel.from_config(config)
@@ -162,23 +161,6 @@ def damaged_backbone(folder: Path, err: Exception, field: str) -> ConfigError:
     return ConfigError(
         f"{field}: {folder / 'config.json'}: no model can be built from it ({_first_line(err)})"
     )
-
-
-@contextmanager
-def _no_progress_bars() -> Iterator[None]:
-    """``transformers``' progress bars (its "Loading weights" bar on stderr) off inside the
-    block: a command prints its own progress, and an error as one line."""
-    from transformers.utils.logging import set_tqdm_hook
-
-    def quiet(factory, args, kwargs):
-        kwargs = {**kwargs, "disable": True}
-        return factory(*args, **kwargs) if previous is None else previous(factory, args, kwargs)
-
-    previous = set_tqdm_hook(quiet)
-    try:
-        yield
-    finally:
-        set_tqdm_hook(previous)
 
 
 def check_reads_texts(folder: Path, label: str) -> None:

@@ -2,8 +2,9 @@
 
 The self-attention modules of ``transformers``' encoders (BERT, RoBERTa, DistilBERT, ViT and
 others written the same way) project the tokens to per-head queries, keys and values with their
-own linear maps, then call the attention function that ``config._attn_implementation`` names in
-Hugging Face's registry (``AttentionInterface``). :func:`swap_blocks` registers one function,
+own linear maps, then call the attention function that their config names in Hugging Face's
+registry (``AttentionInterface``; the private names involved are wrapped in
+:mod:`probtrans.transformers_internals`). :func:`swap_blocks` registers one function,
 ``"probtrans"`` (with the padding mask of ``"sdpa"``), and sets it on the model: in a block
 given a probtrans attention layer (held as the block's attribute ``attn``) that layer forms the
 weights from the block's pretrained queries, keys and values
@@ -19,7 +20,6 @@ is not applied).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,6 +34,12 @@ from probtrans.errors import ConfigError, ProbtransError
 from probtrans.pyro_internals import DeepPyroModule, frozen_parameters_unwarned
 from probtrans.specs import Spec
 from probtrans.specs.attention import ATTENTION_OPTIONS, in_backbone
+from probtrans.transformers_internals import (
+    attention_implementation,
+    calls_attention_registry,
+    register_attention,
+    sdpa_attention,
+)
 
 #: the name of probtrans's attention function in Hugging Face's registry
 IMPLEMENTATION = "probtrans"
@@ -83,16 +89,6 @@ def attention_blocks(model: nn.Module) -> list[Block]:
     return blocks
 
 
-def uses_attention_registry(module: nn.Module) -> bool:
-    """Whether the self-attention module calls the function of Hugging Face's registry that
-    the config names (so that a swapped layer is used), as read in its ``forward``."""
-    try:
-        source = inspect.getsource(type(module).forward)
-    except (OSError, TypeError):
-        return True  # no source to read: trust the projections' names
-    return "ALL_ATTENTION_FUNCTIONS" in source
-
-
 def attention_heads(config: Any) -> int:
     """The backbone's attention heads (``num_attention_heads``; DistilBERT's ``n_heads``)."""
     return getattr(config, "num_attention_heads", None) or config.n_heads
@@ -120,11 +116,9 @@ def probtrans_attention(
     """Hugging Face's attention-function signature: q, k, v (B, H, L, d) → ((B, L, H, d), no
     weights). A block holding a probtrans layer uses it; any other runs scaled dot-product
     attention."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     layer = module._modules.get(LAYER)
     if layer is None:
-        return sdpa_attention_forward(
+        return sdpa_attention(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
     h = layer.attend_projected(query, key, value, key_padding(attention_mask), key_map(module))
@@ -140,11 +134,7 @@ def probtrans_attention(
 
 def register_implementation() -> None:
     """Add :func:`probtrans_attention` to Hugging Face's registries (again is harmless)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(IMPLEMENTATION, probtrans_attention)
-    AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)
+    register_attention(IMPLEMENTATION, probtrans_attention)
 
 
 def chosen_blocks(blocks: list[Block], layers: list[int] | str, field: str) -> list[Block]:
@@ -201,7 +191,7 @@ def swap_blocks(
     chosen_options = options_class.model_validate({**given, **options, "kind": kind})
     attention = in_backbone(chosen_options, width // heads)  # unset: the backbone's scales
     for block in chosen:
-        if not uses_attention_registry(block.module):
+        if not calls_attention_registry(block.module):
             raise ConfigError(
                 f"{field}: {block.path} ({type(block.module).__name__}) does not call Hugging "
                 f"Face's attention-function registry, so its attention cannot be swapped"
@@ -287,7 +277,7 @@ def sampled_blocks(model: nn.Module, layers: list[int] | str, tau: float) -> Ite
     chosen = layers if layers == "all" else list(layers)
     blocks = chosen_blocks(attention_blocks(model), chosen, field)
     before = {block.path: block.module._modules.get(LAYER) for block in blocks}
-    implementation = model.config._attn_implementation
+    implementation = attention_implementation(model.config)
     heads = attention_heads(model.config)
     try:
         for block in blocks:
