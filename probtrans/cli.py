@@ -26,10 +26,14 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from probtrans.errors import ConfigError, ProbtransError, refused_write
 from probtrans.io import STOP_SIGNALS
 from probtrans.metrics import UNCERTAINTY_SCORES
+
+if TYPE_CHECKING:  # the command imports what it runs on first use
+    from probtrans.runs import Run
 
 DEFAULT_MODEL = "models/digits/h_sto.toml"
 DEFAULT_INFERENCE = "inference/map.toml"
@@ -175,10 +179,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from probtrans.data.file_bundle import label_indices
-    from probtrans.data.files import HF_PREFIX, check_data_file, read_inputs
+    from probtrans.data.files import HF_PREFIX, check_data_file
     from probtrans.data.formats import find_format, formats, suffixes
     from probtrans.prediction import write_predictions
     from probtrans.runs import load_run
@@ -200,9 +201,47 @@ def cmd_predict(args: argparse.Namespace) -> int:
             f"or pass --force to replace it"
         )
     run = load_run(args.run_dir, args.device)
+    table, count = predicted_table(run, args)
+    write_predictions(table, out)
+    if out is not None and not args.quiet:
+        print(f"wrote {count} predictions of {args.run_dir} to {out}")
+    return 0
+
+
+def predicted_table(run: Run, args: argparse.Namespace) -> tuple[Iterator[dict[str, Any]], int]:
+    """``predict``'s output a chunk of rows at a time, each row's input first (``text``, as
+    Python strings; ``row``, an image's position), and the number of inputs. A text file
+    without ``--labels`` is read a chunk at a time, after a first pass that checks every row
+    (:func:`~probtrans.data.files.input_text_chunks`); other inputs are read whole."""
+    import numpy as np
+
+    import probtrans.runs.run as run_module
+    from probtrans.data.file_bundle import label_indices
+    from probtrans.data.files import input_text_chunks, read_inputs
+
     spec = run.model_spec.data
     texts = run.data.kind == "tokens"
-    rows = read_inputs(
+    options = dict(samples=args.samples, seed=args.seed, progress=not args.quiet)
+    rows = run_module.PREDICT_CHUNK_ROWS
+    if texts and not args.labels:
+
+        def parts() -> Iterator[list[str]] | None:
+            return input_text_chunks(args.input, rows, text_column=spec.text_column)
+
+        first = parts()
+        if first is not None:
+            count = sum(len(part) for part in first)  # every row checked before any is predicted
+            current: list[list[str]] = []
+
+            def remembered() -> Iterator[list[str]]:  # each part, kept for its output rows
+                for part in parts() or ():
+                    current[:] = [part]
+                    yield part
+
+            chunks = run.predict_chunks(remembered(), **options)
+            table = ({"text": np.array(current[0], dtype=object), **c} for c in chunks)
+            return table, count
+    read = read_inputs(
         args.input,
         "text" if texts else "image",
         text_column=spec.text_column,
@@ -210,39 +249,32 @@ def cmd_predict(args: argparse.Namespace) -> int:
         label_column=spec.label_column if args.labels else None,
         declared=spec.labels or (),
     )
-    if args.labels and not rows.labels:
+    if args.labels and not read.labels:
         raise ProbtransError(
             f"{args.input}: --labels: no label column {spec.label_column!r} (the run's "
             f"data.label_column) to compare the predictions with"
         )
-    labels = label_indices(rows, run.data, spec, "input").numpy() if rows.labels else None
-    to_predict = rows.values  # texts are tokenised a chunk at a time (Run.predict)
+    labels = label_indices(read, run.data, spec, "input").numpy() if read.labels else None
+    inputs = read.values  # texts are tokenised a chunk at a time (Run.predict_chunks)
     if not texts:
         try:
-            to_predict = run.as_split(rows.values, what=args.input)
+            inputs = run.as_split(read.values, what=args.input)
         except ProbtransError as err:
             raise ProbtransError(f"{args.input}: {err}") from None
-    chunks = run.predict_chunks(
-        to_predict, samples=args.samples, seed=args.seed, progress=not args.quiet, labels=labels
-    )
+    chunks = run.predict_chunks(inputs, labels=labels, **options)
 
-    def with_inputs() -> Iterator[dict[str, np.ndarray]]:
-        """Each chunk's columns after the inputs they predict: the texts (as Python strings,
-        not NumPy's fixed width of the longest), or the rows' positions."""
+    def with_inputs() -> Iterator[dict[str, Any]]:
         start = 0
         for columns in chunks:
             end = start + len(next(iter(columns.values())))
             if texts:
-                first = {"text": np.array(rows.values[start:end], dtype=object)}
+                first = {"text": np.array(read.values[start:end], dtype=object)}
             else:
                 first = {"row": np.arange(start, end)}
             yield {**first, **columns}
             start = end
 
-    write_predictions(with_inputs(), out)
-    if out is not None and not args.quiet:
-        print(f"wrote {len(rows)} predictions of {args.run_dir} to {out}")
-    return 0
+    return with_inputs(), len(read)
 
 
 def cmd_describe(args: argparse.Namespace) -> int:

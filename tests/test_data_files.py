@@ -24,6 +24,7 @@ from probtrans.data.files import (
     HF_PREFIX,
     Rows,
     Source,
+    input_text_chunks,
     parse_source,
     read_images,
     read_inputs,
@@ -546,3 +547,66 @@ def test_a_text_column_reads_as_the_list_of_its_texts(tmp_path, monkeypatch):
     )
     rows = read_inputs(str(path), "text")
     assert isinstance(rows.values, TextColumn) and rows.values == [f"t{i}" for i in range(30)]
+
+
+# ----------------------------------------------------------------------------- streamed inputs
+TXT_CASES = [
+    ("in.txt", "\ufeffa\nb\r\nc\n\n\n", None),
+    ("in.txt", "a\n\nb\n", ":2: an empty line"),
+    ("in.txt", b"a\n\xff\n", ":2: not valid UTF-8"),
+]
+FILE_CASES = [
+    ("in.csv", "", "empty file"),
+    ("in.csv", "text,label\n", "no rows"),
+    ("in.jsonl", "\n\n", "no rows"),
+    ("in.csv", "sentence,id\nfine,1\n", "no text column 'text'"),
+    ("in.jsonl", '{"sentence": "a"}\n', "no text column 'text'"),
+    ("in.parquet", b"not parquet", "not a readable Parquet file"),
+]
+
+
+@pytest.mark.parametrize("name, content, message", MALFORMED + TXT_CASES + FILE_CASES)
+def test_an_input_read_a_chunk_at_a_time_is_the_input_read_whole(tmp_path, name, content, message):
+    """``probtrans predict``'s texts read 2 rows at a time (:func:`input_text_chunks`) are the
+    texts :func:`read_inputs` reads whole, and a file it refuses is refused with its message,
+    whichever chunk holds the problem (labels are not read: ``predict`` without ``--labels``)."""
+    path = _write(tmp_path / name, content)
+    try:
+        whole = list(read_inputs(str(path), "text", label_column=None).values)
+    except ProbtransError as err:
+        assert _error(lambda: list(input_text_chunks(str(path), 2))) == str(err)
+        return
+    chunks = list(input_text_chunks(str(path), 2))
+    assert [text for chunk in chunks for text in chunk] == whole
+    assert all(len(chunk) == 2 for chunk in chunks[:-1]) and 1 <= len(chunks[-1]) <= 2
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl", ".jsonl.gz", ".parquet", ".txt"])
+def test_every_text_format_is_read_a_chunk_at_a_time(tmp_path, suffix):
+    """Each built-in text format streams its text column: 25 texts (quotes, commas, "NA",
+    non-ASCII) in chunks of 4, as read whole; a bad text in the last chunk names its line."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = [f'text {i}, "quoted" ünï' for i in range(24)] + ["NA"]
+    path = tmp_path / f"in{suffix}"
+    if suffix == ".csv":
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            csv.writer(fh).writerows([["id", "text"], *([i, t] for i, t in enumerate(texts))])
+    elif suffix == ".tsv":
+        path.write_text("text\tid\n" + "".join(f"{t}\t{i}\n" for i, t in enumerate(texts)))
+    elif suffix in (".jsonl", ".jsonl.gz"):
+        lines = "".join(json.dumps({"text": t, "id": i}) + "\n" for i, t in enumerate(texts))
+        opener = gzip.open if suffix.endswith(".gz") else open
+        with opener(path, "wt", encoding="utf-8") as fh:
+            fh.write(lines)
+    elif suffix == ".parquet":
+        pq.write_table(pa.table({"text": texts, "id": list(range(25))}), path)
+    else:
+        path.write_text("\n".join(texts) + "\n")
+    chunks = list(input_text_chunks(str(path), 4))
+    assert [len(chunk) for chunk in chunks] == [4] * 6 + [1]
+    assert [text for chunk in chunks for text in chunk] == texts
+    assert input_text_chunks("-", 4) is None  # standard input: read whole

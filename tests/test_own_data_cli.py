@@ -171,6 +171,28 @@ def test_fit_predict_and_evaluate_on_your_own_text_files(project, capsys, tmp_pa
     assert (run / "metrics.json").read_bytes() == before
 
 
+def test_predict_reads_and_writes_a_text_file_a_chunk_at_a_time(project, tmp_path, monkeypatch):
+    """Without ``--labels`` a text file is read, predicted and written 4 rows at a time: the
+    file equals the one written from the whole input (``--labels``: read whole), and a bad
+    row in the last chunk stops it with the whole read's message before anything is
+    written."""
+    import probtrans.runs.run
+
+    _, inputs, run = project
+    monkeypatch.setattr(probtrans.runs.run, "PREDICT_CHUNK_ROWS", 4)
+    source = inputs / "reviews.tsv"
+    streamed, whole = tmp_path / "streamed.csv", tmp_path / "whole.csv"
+    assert main(["predict", str(run), str(source), "--out", str(streamed), "--quiet"]) == 0
+    argv = ["predict", str(run), str(source), "--out", str(whole), "--quiet", "--labels"]
+    assert main(argv) == 0
+    with_labels = read_csv(whole)
+    assert read_csv(streamed) == [{k: v for k, v in r.items() if k != "label"} for r in with_labels]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("text\n" + "".join(f"row {i}\n" for i in range(9)) + '"\n')  # an empty text
+    assert main(["predict", str(run), str(bad), "--out", str(tmp_path / "no.csv")]) == 2
+    assert not (tmp_path / "no.csv").exists()
+
+
 def test_a_copied_run_answers_without_its_data_or_cache(project, tmp_path, monkeypatch, capsys):
     spec_dir, inputs, run = project
     reviews = str(inputs / "reviews.tsv")

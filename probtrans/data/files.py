@@ -23,7 +23,7 @@ messages are silenced while a saved folder is read.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from probtrans.data.formats import (
     Kind,
     ReadOptions,
     Rows,
+    TextStreamer,
     check_finite,
     checked_labels,
     class_names,
@@ -278,6 +279,46 @@ def read_texts(
         dataset, name = _hf_dataset(source, split)
         rows = dataset_texts(dataset, name, options, row_index(name))
     return _checked(rows, options, label_column)
+
+
+def input_text_chunks(
+    text: str, rows: int, *, text_column: str = "text"
+) -> Iterator[list[str]] | None:
+    """The texts of the ``probtrans predict`` input ``text``, at most ``rows`` at a time, each
+    checked as :func:`read_inputs` checks them and read as it is asked for, so that a file of
+    any size takes the memory of one chunk; iterate it twice to check every row before using
+    any. None for an input that is read whole: standard input, a Hugging Face dataset or
+    folder, a format without a streamer (:attr:`~probtrans.data.formats.Format.stream`). A
+    file with a problem is read whole where it is found, for :func:`read_inputs`' own message
+    (a ProbtransError naming the file and line)."""
+    if text.strip() == STDIN:
+        return None
+    source = parse_source(text)
+    if source.path is None or _is_folder(source):
+        return None
+    fmt = _file_format(source.path, "text", None)
+    if fmt.stream is None:
+        return None
+    return _checked_chunks(source, fmt.stream, ReadOptions(text_column=text_column), rows)
+
+
+def _checked_chunks(
+    source: Source, stream: TextStreamer, options: ReadOptions, rows: int
+) -> Iterator[list[str]]:
+    """:func:`input_text_chunks` of a file of a format with a streamer."""
+    assert source.path is not None
+    read = 0
+    try:
+        for texts in stream(source.path, options, rows):
+            if any(text_problem(text, options.text_column) for text in texts):
+                raise ValueError(f"a malformed text after row {read}")
+            yield texts
+            read += len(texts)
+        if read == 0:
+            raise ValueError("no rows")
+    except Exception as err:  # the problem in the reader's words, from the whole file
+        read_texts(source, text_column=options.text_column, label_column=None, labels=False)
+        raise ProbtransError(f"{source.path}: cannot be read ({reason(err)})") from None
 
 
 # ----------------------------------------------------------------------------- images

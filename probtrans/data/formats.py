@@ -138,6 +138,12 @@ class ReadOptions:
 
 
 Reader = Callable[[Path, ReadOptions], Rows]
+#: the texts of a file's text column, at most ``rows`` at a time, in order, read as they are
+#: asked for (never the whole file): ``probtrans predict`` on inputs larger than memory. It
+#: checks nothing: on a file its format's reader refuses it may raise anything, or give
+#: texts the reader's checks refuse (the caller reads such a file whole, for the reader's
+#: message: :func:`probtrans.data.files.input_text_chunks`)
+TextStreamer = Callable[[Path, ReadOptions, int], Iterator[list[Any]]]
 #: writes a table given as its chunks in order (each a dict of 1-D columns, the same names in
 #: each), one chunk in memory at a time: ``probtrans predict`` writes each chunk as it is predicted
 Writer = Callable[[Iterable[dict[str, np.ndarray]], Path], None]
@@ -148,8 +154,8 @@ class Format:
     """A file format: its name (in help and messages), its suffixes (lower case, with the dot),
     what its rows hold, its reader (errors name ``FILE:LINE``, or ``FILE: row K`` where a file
     has no lines), its writer of a table given in chunks of columns (:data:`Writer`; None: not
-    written), and whether its rows
-    can hold labels."""
+    written), whether its rows can hold labels, and for texts the streamer of its text column
+    (:data:`TextStreamer`; None: a file is read whole)."""
 
     name: str
     suffixes: tuple[str, ...]
@@ -157,6 +163,7 @@ class Format:
     read: Reader
     write: Writer | None = None
     labels: bool = True
+    stream: TextStreamer | None = None
 
 
 #: the file formats by name, in the order messages and help list them
@@ -402,6 +409,29 @@ def read_lines(path: Path | None, options: ReadOptions | None = None) -> Rows:
     return Rows([line.rstrip("\r") for line in lines], None, None, lambda row: f"{name}:{row + 1}")
 
 
+def stream_lines(path: Path, options: ReadOptions, rows: int) -> Iterator[list[str]]:
+    """The lines of a ``.txt`` file as :func:`read_lines` reads them, ``rows`` at a time (a
+    line that is not UTF-8, or an empty line before a text, raises)."""
+    chunk: list[str] = []
+    blank = 0  # empty lines held back: an error before a text, dropped at the end
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh):
+            line = raw.decode("utf-8").rstrip("\n").rstrip("\r")
+            if number == 0:
+                line = line.removeprefix("\ufeff")
+            if not line.strip():
+                blank += 1
+                continue
+            if blank:
+                raise ValueError(f"{path}: an empty line before line {number + 1}")
+            chunk.append(line)
+            if len(chunk) == rows:
+                yield chunk
+                chunk = []
+    if chunk:
+        yield chunk
+
+
 # ----------------------------------------------------------------------------- datasets
 @contextmanager
 def quiet_datasets() -> Iterator[None]:
@@ -444,6 +474,19 @@ def _load(path: Path, builder: str, **options: Any) -> Any:
             keep_in_memory=True,
             **options,
         )
+
+
+def _streamed(path: Path, builder: str, column: str, rows: int, **options: Any) -> Iterator[list]:
+    """The ``column`` of a file through ``datasets``' ``builder`` in streaming mode (read as it
+    is iterated), ``rows`` values at a time; a KeyError for a file without the column."""
+    import datasets
+
+    with quiet_datasets():
+        dataset = datasets.load_dataset(
+            builder, data_files=str(path.resolve()), split="train", streaming=True, **options
+        )
+    for batch in dataset.iter(batch_size=rows):
+        yield batch[column]
 
 
 def _rows_of(dataset: Any, name: str, options: ReadOptions, label: str | None, where) -> Rows:
@@ -539,11 +582,12 @@ class _LineStarts:
         return f"{self.path}: row {row}"
 
 
-def delimited(delimiter: str, quoting: bool) -> Reader:
-    """The reader of a table of fields split on ``delimiter`` (quoted as usual if ``quoting``,
-    else a quote is an ordinary character): the first record names the columns unless
-    :attr:`ReadOptions.header` does; fields are read as written, strings (no type guessing; an
-    empty or absent field is ""), a label column of integers written becomes integers."""
+def delimited(delimiter: str, quoting: bool) -> tuple[Reader, TextStreamer]:
+    """The reader and the text streamer of a table of fields split on ``delimiter`` (quoted as
+    usual if ``quoting``, else a quote is an ordinary character): the first record names the
+    columns unless :attr:`ReadOptions.header` does; fields are read as written, strings (no
+    type guessing; an empty or absent field is ""), a label column of integers written becomes
+    integers."""
     dialect: dict[str, Any] = {"delimiter": delimiter}
     if not quoting:
         dialect["quoting"] = csv.QUOTE_NONE
@@ -654,7 +698,27 @@ def delimited(delimiter: str, quoting: bool) -> Reader:
             rows.labels = _integer_strings(rows.labels)
         return rows
 
-    return read
+    def stream(path: Path, options: ReadOptions, rows: int) -> Iterator[list]:
+        import datasets
+
+        header = header_of(path, options)
+        if quoting:  # a quote left open, which pandas runs on into the next lines, raises
+            with _long_csv_fields(), open(path, newline="", encoding="utf-8-sig") as fh:
+                for _ in csv.reader(fh, strict=True, **dialect):
+                    pass
+        names = {"column_names": header} if options.header is not None else {}
+        yield from _streamed(
+            path,
+            "csv",
+            options.text_column,
+            rows,
+            features=datasets.Features({options.text_column: datasets.Value("string")}),
+            na_filter=False,
+            **names,
+            **dialect,
+        )
+
+    return read, stream
 
 
 # ----------------------------------------------------------------------------- JSON Lines
@@ -696,6 +760,11 @@ def read_json_lines(path: Path, options: ReadOptions) -> Rows:
         raise
     except Exception as err:  # a file datasets cannot parse (or decode): find the bad lines
         _unreadable(path, *_json_by_hand(path, options, read_label), err)
+
+
+def stream_json_lines(path: Path, options: ReadOptions, rows: int) -> Iterator[list]:
+    """The texts of a JSON Lines file (gunzipped for ``.gz``), ``rows`` at a time."""
+    return _streamed(path, "json", options.text_column, rows)
 
 
 # ----------------------------------------------------------------------------- Parquet
@@ -845,11 +914,32 @@ def _arrow(values: np.ndarray) -> Any:
     return pa.array(values, type=pa.string() if values.dtype.kind in "OU" else None)
 
 
+def stream_parquet(path: Path, options: ReadOptions, rows: int) -> Iterator[list]:
+    """The texts of a Parquet table, ``rows`` at a time."""
+    return _streamed(path, "parquet", options.text_column, rows)
+
+
 # ----------------------------------------------------------------------------- the table
-register_format(Format("CSV", (".csv",), "text", delimited(",", True), write_delimited(",")))
-register_format(Format("TSV", (".tsv",), "text", delimited("\t", False), write_delimited("\t")))
-register_format(Format("JSON Lines", (".jsonl",), "text", read_json_lines, write_json_lines))
-register_format(Format("gzipped JSON Lines", (".jsonl.gz",), "text", read_json_lines))
-register_format(Format("Parquet", (".parquet",), "text", read_parquet, write_parquet))
-register_format(Format("text lines", (".txt",), "text", read_lines, labels=False))
+_CSV, _TSV = delimited(",", True), delimited("\t", False)
+register_format(Format("CSV", (".csv",), "text", _CSV[0], write_delimited(","), stream=_CSV[1]))
+register_format(Format("TSV", (".tsv",), "text", _TSV[0], write_delimited("\t"), stream=_TSV[1]))
+register_format(
+    Format(
+        "JSON Lines",
+        (".jsonl",),
+        "text",
+        read_json_lines,
+        write_json_lines,
+        stream=stream_json_lines,
+    )
+)
+register_format(
+    Format("gzipped JSON Lines", (".jsonl.gz",), "text", read_json_lines, stream=stream_json_lines)
+)
+register_format(
+    Format("Parquet", (".parquet",), "text", read_parquet, write_parquet, stream=stream_parquet)
+)
+register_format(
+    Format("text lines", (".txt",), "text", read_lines, labels=False, stream=stream_lines)
+)
 register_format(Format("NPZ", (".npz",), "image", read_npz_images))

@@ -181,7 +181,7 @@ class Run(TemporaryFolder):
 
     def predict_chunks(
         self,
-        inputs: Sequence[str] | torch.Tensor | np.ndarray | DataSplit,
+        inputs: Sequence[str] | torch.Tensor | np.ndarray | DataSplit | Iterator[Any],
         samples: int | None = None,
         seed: int = 0,
         progress: bool = False,
@@ -192,7 +192,9 @@ class Run(TemporaryFolder):
         """:meth:`predict` a chunk of :data:`PREDICT_CHUNK_ROWS` inputs at a time: the columns
         of each chunk, in order (one empty chunk for no input), computed as the caller asks for
         it, so that inputs and outputs of any length take the memory of one chunk (``inputs``
-        need only a length and slices: a lazy sequence of texts is read a chunk at a time).
+        need only a length and slices: a lazy sequence of texts is read a chunk at a time; or
+        ``inputs`` is an iterator of chunks, each predicted as it comes, without ``labels``:
+        :func:`probtrans.data.files.input_text_chunks` reads a file so).
         Joined, the chunks are :meth:`predict`'s columns, the same numbers. The posterior draws
         and the validation predictive are computed on the call; each chunk runs under the
         caller's random state left as it was between chunks
@@ -201,6 +203,12 @@ class Run(TemporaryFolder):
         samples = self.predictive_samples(samples)
         seed = check_seed(seed, f"seed = {seed!r}")
         options = None if adapt is None else adaptation_options(adapt, adapt_online)
+        online = options is not None and options.online  # Tent's state runs through the inputs
+        if isinstance(inputs, Iterator) and (labels is not None or online):
+            raise ValueError(
+                "inputs given as an iterator of chunks take neither labels nor adapt_online: "
+                "give them whole"
+            )
         state = SteppedRandomState()
 
         @contextmanager
@@ -238,16 +246,23 @@ class Run(TemporaryFolder):
                 validation, references = predictive(self.data.val)
             reference = metrics.predictive_entropy(validation)
             pyro.set_rng_seed(seed)  # the inputs' local randomness, as in evaluation
-        online = options is not None and options.online  # Tent's state runs through the inputs
-        rows = max(len(inputs), 1) if online else PREDICT_CHUNK_ROWS
+        if isinstance(inputs, Iterator):
+            pieces: Iterator[tuple[Any, np.ndarray | None]] = ((c, None) for c in inputs)
+        else:
+            rows = max(len(inputs), 1) if online else PREDICT_CHUNK_ROWS
+            pieces = (
+                (
+                    inputs[start : start + rows],
+                    None if labels is None else labels[start : start + rows],
+                )
+                for start in range(0, max(len(inputs), 1), rows)  # no input: one empty chunk
+            )
 
         def chunks() -> Iterator[dict[str, np.ndarray]]:
-            for start in range(0, max(len(inputs), 1), rows):  # no input: one empty chunk
+            for chunk, chosen in pieces:
                 with step():
-                    chunk = inputs[start : start + rows]
                     split = chunk if isinstance(chunk, DataSplit) else self.as_split(chunk)
                     probs, given = predictive(split, adapted=True)
-                    chosen = None if labels is None else labels[start : start + rows]
                     names = self.data.class_names
                     columns = prediction_columns(probs, names, reference, chosen, given, references)
                 yield columns
