@@ -10,8 +10,8 @@ vocabulary), each in a fresh process whose peak resident memory (``ru_maxrss``) 
   above the row count): its tokens, draws and columns held at once, as ``predict`` did before it
   predicted in chunks;
 - **after**: ``predict`` as it is: :data:`~probtrans.runs.run.PREDICT_CHUNK_ROWS` rows at a time
-  taken from the input (its texts held once, as Arrow strings: about the file's size),
-  tokenised, predicted and written to the output file before the next.
+  read from the file (after a first pass that checks every row), tokenised, predicted and
+  written to the output file before the next.
 
 Needs the CR files (``PROBTRANS_DATA_DIR``). Run it alone (two torch processes on a 2-core
 machine halve both).
