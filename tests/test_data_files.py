@@ -253,19 +253,19 @@ def test_many_malformed_rows_in_one_line(tmp_path):
     assert message.endswith(f"{path}:6: 'label' is missing (and 3 more malformed rows)")
 
 
-@pytest.mark.parametrize(
-    "name, content, message",
-    [
-        ("in.xlsx", "text\nfine\n", "unknown extension '.xlsx'; texts are read from .csv, .tsv"),
-        ("in", "text\nfine\n", "unknown extension '(none)'"),
-        ("in.csv", "", "empty file (no header naming the columns)"),
-        ("in.csv", "text,label\n", "no rows"),
-        ("in.jsonl", "\n\n", "no rows"),
-        ("in.csv", "sentence,id\nfine,1\n", "no text column 'text' (columns: 'sentence', 'id')"),
-        ("in.jsonl", '{"sentence": "a"}\n', "no text column 'text' (columns: 'sentence')"),
-        ("in.parquet", b"not parquet", "not a readable Parquet file"),
-    ],
-)
+FILE_ERRORS = [
+    ("in.xlsx", "text\nfine\n", "unknown extension '.xlsx'; texts are read from .csv, .tsv"),
+    ("in", "text\nfine\n", "unknown extension '(none)'"),
+    ("in.csv", "", "empty file (no header naming the columns)"),
+    ("in.csv", "text,label\n", "no rows"),
+    ("in.jsonl", "\n\n", "no rows"),
+    ("in.csv", "sentence,id\nfine,1\n", "no text column 'text' (columns: 'sentence', 'id')"),
+    ("in.jsonl", '{"sentence": "a"}\n', "no text column 'text' (columns: 'sentence')"),
+    ("in.parquet", b"not parquet", "not a readable Parquet file"),
+]
+
+
+@pytest.mark.parametrize("name, content, message", FILE_ERRORS)
 def test_file_errors(tmp_path, name, content, message):
     path = _write(tmp_path / name, content)
     text = _error(_texts, path)
@@ -555,17 +555,9 @@ TXT_CASES = [
     ("in.txt", "a\n\nb\n", ":2: an empty line"),
     ("in.txt", b"a\n\xff\n", ":2: not valid UTF-8"),
 ]
-FILE_CASES = [
-    ("in.csv", "", "empty file"),
-    ("in.csv", "text,label\n", "no rows"),
-    ("in.jsonl", "\n\n", "no rows"),
-    ("in.csv", "sentence,id\nfine,1\n", "no text column 'text'"),
-    ("in.jsonl", '{"sentence": "a"}\n', "no text column 'text'"),
-    ("in.parquet", b"not parquet", "not a readable Parquet file"),
-]
 
 
-@pytest.mark.parametrize("name, content, message", MALFORMED + TXT_CASES + FILE_CASES)
+@pytest.mark.parametrize("name, content, message", MALFORMED + TXT_CASES + FILE_ERRORS)
 def test_an_input_read_a_chunk_at_a_time_is_the_input_read_whole(tmp_path, name, content, message):
     """``probtrans predict``'s texts read 2 rows at a time (:func:`input_text_chunks`) are the
     texts :func:`read_inputs` reads whole, and a file it refuses is refused with its message,
