@@ -5,7 +5,7 @@ command line, or a preset file (``results/presets/*.toml``)::
 
     title = "H-STO Table 2: CoLA"
     seeds = [0, 1, 2]
-    id_metric = "mcc"          # or "accuracy"; also used for the labelled OOD sets
+    id_metric = "mcc"          # any ranked metric (accuracy, nll, ...); also for labelled OOD sets
     ood_score = "entropy"      # the uncertainty score of the OOD columns, one of
                                # probtrans.metrics.UNCERTAINTY_SCORES (msp, entropy, ...)
     epochs = 5                 # optional: override every inference spec's train.epochs
@@ -80,7 +80,7 @@ from probtrans.io import (
     write_together,
 )
 from probtrans.lock import folder_lock
-from probtrans.metrics import METRICS, UNCERTAINTY_SCORES
+from probtrans.metrics import METRICS, UNCERTAINTY_SCORES, ranked_metric
 from probtrans.progress import no_thread_left
 from probtrans.resolve import load_inference_spec, load_model_spec
 from probtrans.runs import fit
@@ -160,6 +160,7 @@ def check_methods(comparison: Comparison) -> None:
     method given twice, methods that share a run but not its epochs, and methods whose data
     cannot share one table (images against texts, other out-of-domain sets)."""
     UNCERTAINTY_SCORES.get(comparison.ood_score, f"{comparison.file}: ood_score")  # or ConfigError
+    ranked_metric(comparison.id_metric, f"{comparison.file}: id_metric")
     sharing: dict[tuple[str, str], Method] = {}  # (model, inference) → first method training it
     seen: dict[str, Method] = {}  # a method's definition, its name aside → the method
     data: dict[tuple[bool, tuple[str, ...]], Method] = {}  # (images, OOD sets) → first method
@@ -365,7 +366,10 @@ def temperature_scaled_splits(
     return {s: calibration.temperature_scaled(p, temperature) for s, p in probs.items()}
 
 
-def mean_std(values: list[float], scale: float = 1.0) -> str:
+def mean_std(values: list[float | None], scale: float = 1.0) -> str:
+    """A cell: mean ± sample std of ``values`` times ``scale``, "–" where one has no value."""
+    if None in values:
+        return "–"
     if len(values) == 1:
         return f"{values[0] * scale:.2f}"
     return f"{np.mean(values) * scale:.2f} ± {np.std(values, ddof=1) * scale:.2f}"
@@ -425,10 +429,10 @@ def table_rows(
         runs, instances = folders[method.name], methods[method.name]
         scores = [summarise(r.probs, r.labels, r.given) for r in instances]
         row = {"method": method.name, "seeds": str(len(runs))}
-        row[f"ID {metric} ({shown.unit})"] = mean_std([s[metric] for s in scores], shown.scale)
+        # s.get: None for no value, or too few draws
+        row[f"ID {metric} ({shown.unit})"] = mean_std([s.get(metric) for s in scores], shown.scale)
         for column in comparison_metrics():
-            values = [s.get(column.name) for s in scores]  # None: no value, or too few draws
-            row[column.name] = "–" if None in values else mean_std(values, column.scale)
+            row[column.name] = mean_std([s.get(column.name) for s in scores], column.scale)
         row["test ELPD"] = mean_std([s["test_elpd"] for s in scores])
         row["ELPD SE"] = f"{np.mean([s['test_elpd_se'] for s in scores]):.1f}"
         row["ELPD rank"] = row["Δ ELPD (SE)"] = ""  # by rank_by_elpd, once every method is in
@@ -439,12 +443,11 @@ def table_rows(
         for set_name, first in scores[0]["ood"].items():
             sets = [s["ood"][set_name] for s in scores]
             if metric in first:
-                values = [r[metric] for r in sets]
+                values = [r.get(metric) for r in sets]
                 row[f"{set_name} {metric} ({shown.unit})"] = mean_std(values, shown.scale)
             for measure in ("auroc", "aupr"):
-                values = [r[score][measure] for r in sets if score in r]
-                column = f"{set_name} {measure.upper()} (%)"
-                row[column] = mean_std(values, 100) if len(values) == len(sets) else "–"
+                values = [r[score][measure] if score in r else None for r in sets]
+                row[f"{set_name} {measure.upper()} (%)"] = mean_std(values, 100)
         row["train s"] = f"{np.mean([r.seconds for r in instances]):.0f}"
         row["eval s"] = f"{np.mean([r.eval_seconds for r in instances]):.0f}"
         row["paper"] = method.paper

@@ -29,7 +29,7 @@ from probtrans.data import DataBundle
 from probtrans.errors import ProbtransError
 from probtrans.inference.guide import GuideChoice
 from probtrans.io import TemporaryFolder
-from probtrans.metrics import UNCERTAINTY_SCORES
+from probtrans.metrics import UNCERTAINTY_SCORES, ranked_metric
 from probtrans.runs import fit
 from probtrans.runs.fitting import SpecSource, TableSource, inference_source
 from probtrans.specs import Comparison, SpecFile, parse
@@ -110,7 +110,8 @@ def compare_guides(
     folder, removed when the result is closed. Every run is fitted anew (a finished run in
     ``OUT`` is replaced; an interrupted one continues). ``OUT`` gets ``table.md``,
     ``table.csv``, ``figure.png`` and ``comparison.json``, as the command writes them.
-    ``id_metric`` (``accuracy`` or ``mcc``) heads the table; ``ood_score`` (one of
+    ``id_metric`` (a metric of :data:`probtrans.metrics.METRICS` better higher or lower:
+    ``accuracy``, ``mcc``, ``nll``, …) heads the table; ``ood_score`` (one of
     :data:`probtrans.metrics.UNCERTAINTY_SCORES`) scores the out-of-domain columns, by default
     the inference's ``predictive.ood_score``. Names, seeds and every spec field are checked
     before anything trains.
@@ -123,6 +124,7 @@ def compare_guides(
     _, spec = inference_source(inference, next(iter(guides.values())), tables)  # checked now
     score = spec.predictive.ood_score if ood_score is None else ood_score
     UNCERTAINTY_SCORES.get(score, "ood_score")
+    ranked_metric(id_metric, "compare_guides: id_metric")
     model_file = model.file if isinstance(model, SpecFile) else str(model)
     methods = [{"name": n, "model": model_file, "inference": spec.file} for n in guides]
     table = {"title": title, "seeds": seeds, "id_metric": id_metric, "ood_score": score}

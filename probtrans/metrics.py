@@ -558,15 +558,16 @@ def register_metric(metric: Metric) -> Metric:
     return METRICS.register(metric.name, metric)
 
 
-def monitored_metric(name: str, field: str) -> Metric:
-    """The metric ``name`` as early stopping monitors it (``[train] monitor``): registered, and
-    better higher or lower; else ConfigError naming ``field``."""
+def ranked_metric(name: str, field: str) -> Metric:
+    """The metric ``name`` where methods or epochs are ranked by it (early stopping's
+    ``[train] monitor``, a comparison's ``id_metric``): registered, and better higher or lower;
+    else ConfigError naming ``field``."""
     metric = METRICS.get(name, field)
     if metric.higher_is_better is None:
         ranked = [entry.name for entry in METRICS.entries() if entry.higher_is_better is not None]
         raise ConfigError(
             f"{field} = {name!r}: describes the predictive, neither better higher nor lower; "
-            f"monitor one of {', '.join(ranked)}"
+            f"choose one of {', '.join(ranked)}"
         )
     return metric
 

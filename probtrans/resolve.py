@@ -19,7 +19,7 @@ from probtrans.errors import ConfigError
 from probtrans.gp.guides import INDUCING_GUIDES
 from probtrans.guides import GUIDES
 from probtrans.hub import backbone_folder, check_reads_texts, image_statistics
-from probtrans.metrics import METRICS, UNCERTAINTY_SCORES, monitored_metric
+from probtrans.metrics import METRICS, UNCERTAINTY_SCORES, ranked_metric
 from probtrans.registry import Registry
 from probtrans.specs import InferenceSpec, ModelSpec, read_inference_spec, read_model_spec
 from probtrans.specs.base import SpecFile, updated
@@ -43,7 +43,7 @@ def check_names(spec: SpecFile) -> None:
     for dotted, registry in NAMES.get(type(spec), []):
         registry.get(functools.reduce(getattr, dotted.split("."), spec), f"{spec.file}: {dotted}")
     if isinstance(spec, InferenceSpec):
-        monitored_metric(spec.train.monitor, f"{spec.file}: train.monitor")
+        ranked_metric(spec.train.monitor, f"{spec.file}: train.monitor")
 
 
 def load_model_spec(path: str | os.PathLike[str], text: str | None = None) -> ModelSpec:

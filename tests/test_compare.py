@@ -70,9 +70,14 @@ def test_compare_writes_table_csv_and_figure_and_resumes(tmp_path, preset, capsy
 
     stamps = {p: (p / "checkpoint.pt").stat().st_mtime_ns for p in (out / "runs").iterdir()}
     capsys.readouterr()
-    assert main(["compare", "--preset", str(preset), "--out", str(out), "--quiet"]) == 0
+    by_nll = tmp_path / "by_nll.toml"  # any ranked metric heads the table; the runs are reused
+    by_nll.write_text(preset.read_text().replace('id_metric = "accuracy"', 'id_metric = "nll"'))
+    assert main(["compare", "--preset", str(by_nll), "--out", str(out), "--quiet"]) == 0
     assert "fit " not in capsys.readouterr().out  # nothing retrained
     assert stamps == {p: (p / "checkpoint.pt").stat().st_mtime_ns for p in stamps}
+    rows = list(csv.DictReader((out / "table.csv").open()))
+    assert [r["ID nll (nats)"] for r in rows] == [r["nll"] for r in rows]
+    assert "ID accuracy (%)" not in rows[0]
 
     ensemble = comparison.method[2]
     folders = [run_dir(out, ensemble, s) for s in comparison.seeds]

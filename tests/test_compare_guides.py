@@ -150,7 +150,8 @@ def test_compare_guides_labels_the_table_figure_and_az_compare_by_name(model):
         ({"seeds": [0, 0]}, r"seeds = \[0, 0\]: a seed given twice"),
         ({"seeds": [-1]}, "seeds: -1: must be an integer"),
         ({"ood_score": "nope"}, "ood_score = 'nope': unknown"),
-        ({"id_metric": "nll"}, "compare_guides: id_metric = 'nll'"),
+        ({"id_metric": "f1"}, "compare_guides: id_metric = 'f1': unknown metric"),
+        ({"id_metric": "entropy"}, "id_metric = 'entropy': describes the predictive, neither"),
         ({"elbo": {"kl_anneal": 3}}, "unknown key 'elbo.kl_anneal'"),
     ],
 )

@@ -81,7 +81,7 @@ from probtrans.inference.objective import (
 )
 from probtrans.inference.predictive import sample_predictive
 from probtrans.inference.training_log import open_log
-from probtrans.metrics import monitored_metric
+from probtrans.metrics import ranked_metric
 from probtrans.model import Classifier
 from probtrans.progress import progress_bar
 from probtrans.pyro_internals import ParamsUnsent, quiet_reads
@@ -266,7 +266,7 @@ def improves(value: float, best: BestState | None, monitor: str) -> bool:
     metric's registration says)."""
     if best is None:
         return True
-    higher = monitored_metric(monitor, "train.monitor").higher_is_better
+    higher = ranked_metric(monitor, "train.monitor").higher_is_better
     return value > best.val_metric if higher else value < best.val_metric
 
 
@@ -279,7 +279,7 @@ def validation_metric(
     labels = data.val.labels.numpy()
     names = dict.fromkeys(["accuracy", "mcc", "nll", spec.train.monitor])  # the curves, monitor
     return {
-        f"val_{name}": monitored_metric(name, "train.monitor").function(probs, labels)
+        f"val_{name}": ranked_metric(name, "train.monitor").function(probs, labels)
         for name in names
     }
 

@@ -40,8 +40,9 @@ class Comparison(SpecFile):
 
     title: str = "comparison"
     seeds: list[Seed] = Field([0], min_length=1)
-    id_metric: Literal["accuracy", "mcc"] = "accuracy"
-    """In-domain metric of the table (and of each labelled out-of-domain set)."""
+    id_metric: str = "accuracy"
+    """In-domain metric heading the table (and of each labelled out-of-domain set): any metric
+    of ``probtrans.metrics.METRICS`` that is better higher or lower (accuracy, mcc, nll, ...)."""
     ood_score: str = RECOMMENDED_OOD_SCORE
     """The uncertainty score of the out-of-domain columns: one of
     ``probtrans.metrics.UNCERTAINTY_SCORES`` (msp, entropy, ..., energy, mahalanobis, ...);
