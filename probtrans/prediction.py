@@ -38,14 +38,8 @@ from pathlib import Path
 import numpy as np
 
 from probtrans import metrics
-from probtrans.data.formats import (
-    checked_chunks,
-    find_format,
-    formats,
-    suffixes,
-    table_length,
-    table_rows,
-)
+from probtrans.data.formats import find_format, formats, suffixes
+from probtrans.data.writers import checked_chunks, table_length, table_rows
 from probtrans.errors import ProbtransError
 from probtrans.io import atomic_write
 from probtrans.report import text_table

@@ -30,7 +30,8 @@ from probtrans.data.files import (
     read_inputs,
     read_texts,
 )
-from probtrans.data.formats import TextColumn, formats, suffixes
+from probtrans.data.formats import formats, suffixes
+from probtrans.data.rows import TextColumn
 from probtrans.errors import ProbtransError
 
 TEXTS = ["A fine film, truly.", 'He said "no".', "Ünïcode ✓"]

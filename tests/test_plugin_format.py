@@ -22,7 +22,9 @@ PLUGIN = '''
 
 from pathlib import Path
 
-from probtrans.data.formats import Format, Rows, register_format, table_rows
+from probtrans.data.formats import Format, register_format
+from probtrans.data.rows import Rows
+from probtrans.data.writers import table_rows
 
 
 def read_psv(path: Path, options) -> Rows:

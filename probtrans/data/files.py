@@ -7,7 +7,7 @@ A source is written as a file path or as ``hf:ID[:CONFIG][@SPLIT]`` (:func:`pars
 * ``hf:ID``: a dataset of the Hugging Face hub, or — when ID is a local folder — a folder written
   by ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk``.
 
-:func:`read_texts` and :func:`read_images` return :class:`~probtrans.data.formats.Rows`: the
+:func:`read_texts` and :func:`read_images` return :class:`~probtrans.data.rows.Rows`: the
 texts or images, their raw labels (integers or strings, as the source holds them; the labels of a
 CSV or TSV column are integers when every one is written as an integer), the class names of a
 ``ClassLabel`` feature, and ``where``, which names a row in messages (``FILE:LINE`` for text
@@ -31,28 +31,26 @@ from typing import Any
 import datasets
 import numpy as np
 
-from probtrans.data.formats import (
+from probtrans.data.formats import Format, Kind, format_of, formats, suffixes
+from probtrans.data.readers import (
     LABEL_ARRAY,
-    Format,
-    Kind,
+    check_finite,
+    class_names,
+    dataset_texts,
+    quiet_datasets,
+    read_lines,
+)
+from probtrans.data.rows import (
     ReadOptions,
     Rows,
     TextStreamer,
-    check_finite,
     checked_labels,
-    class_names,
-    dataset_texts,
-    format_of,
-    formats,
     label_to_read,
     listed,
-    quiet_datasets,
     raise_problems,
-    read_lines,
     reason,
     require_column,
     row_index,
-    suffixes,
     text_problem,
 )
 from probtrans.errors import ProbtransError

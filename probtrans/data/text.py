@@ -38,7 +38,7 @@ import numpy as np
 from datasets import Dataset, concatenate_datasets
 
 from probtrans.data.files import parse_source, read_texts
-from probtrans.data.formats import checked_labels, raise_problems, text_problem
+from probtrans.data.rows import checked_labels, raise_problems, text_problem
 from probtrans.errors import ProbtransError
 
 DATA_DIR_ENV = "PROBTRANS_DATA_DIR"

@@ -1,0 +1,247 @@
+"""What a file reader is asked for (:class:`ReadOptions`) and returns (:class:`Rows`, the texts
+of a table as :class:`TextColumn`), and the checks every reader shares: a text
+(:func:`text_problem`), a label (:func:`checked_label`; "NaN", "N/A"... are missing values unless
+``data.labels`` declares them), a column (:func:`require_column`, :func:`label_to_read`), and
+names read from a file as messages show them (:func:`shown`, :func:`listed`). Problems are raised
+in one line listing the first :data:`MAX_REPORTED` (:func:`raise_problems`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, overload
+
+import numpy as np
+
+from probtrans.errors import ProbtransError
+
+MAX_REPORTED = 5  # malformed rows listed in one error message
+INTEGER = re.compile(r"\s*[+-]?\d+\s*")  # an integer label as a file writes it
+#: label strings that mean "no value" (compared in lower case, stripped): refused as labels
+#: unless ``data.labels`` lists them (:func:`checked_label`)
+MISSING_WORDS = frozenset({"nan", "-nan", "na", "n/a", "#n/a", "<na>", "null", "none"})
+SHOWN_NAME = 60  # the longest a column or array name is shown in messages (:func:`shown`)
+MAX_LISTED = 12  # names listed in one message (:func:`listed`)
+
+
+# ----------------------------------------------------------------------------- rows
+class TextColumn(Sequence[str]):
+    """The texts of a table read through ``datasets``, kept as its Arrow strings (about the
+    size of the texts themselves) and made Python strings a slice at a time: ``column[a:b]`` is
+    a list, and iterating goes :data:`SLICE_ROWS` rows at a time. So ``probtrans predict`` holds
+    an input of millions of rows once, compactly. Equal to a list of the same texts."""
+
+    SLICE_ROWS = 8192
+
+    def __init__(self, array: Any) -> None:
+        self.array = array  # a pyarrow (Chunked)Array of strings (None where a row has none)
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return [self[row] for row in range(start, stop, step)]
+            return self.array.slice(start, max(stop - start, 0)).to_pylist()
+        row = range(len(self))[index]  # IndexError out of range, as a list
+        return self.array[row].as_py()
+
+    def __iter__(self) -> Iterator[str]:
+        for start in range(0, len(self), self.SLICE_ROWS):
+            yield from self[start : start + self.SLICE_ROWS]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TextColumn | list):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking, as a list
+
+    def __repr__(self) -> str:
+        return f"TextColumn({len(self)} texts)"
+
+
+@dataclass
+class Rows:
+    """The rows read from one source."""
+
+    values: Sequence[str] | np.ndarray  # texts, or images (N, C, H, W) in the source's dtype
+    labels: list[int | str] | None  # raw label values, None when the source has no label column
+    label_names: list[str] | None  # class names a datasets ClassLabel feature gives, else None
+    where: Callable[[int], str]  # row number (0-based) → "FILE:LINE", "FILE: row K", ...
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What a reader reads: the columns, whether labels are read (True: required; None: when
+    present; False or no ``label_column``: not read), the classes integer labels must lie in
+    (0..classes−1; None: any integer or string), for a header-less CSV/TSV file its column
+    names, and the labels declared as classes (``data.labels``: a declared ``"NaN"`` is a
+    class, not a missing value)."""
+
+    text_column: str = "text"
+    image_column: str = "image"
+    label_column: str | None = "label"
+    labels: bool | None = True
+    classes: int | None = None
+    header: tuple[str, ...] | None = None
+    declared: tuple[Any, ...] = ()
+
+    @property
+    def read_labels(self) -> bool:
+        return self.labels is not False and bool(self.label_column)
+
+
+Reader = Callable[[Path, ReadOptions], Rows]
+#: the texts of a file's text column, at most ``rows`` at a time, in order, read as they are
+#: asked for (never the whole file): ``probtrans predict`` on inputs larger than memory. It
+#: checks nothing: on a file its format's reader refuses it may raise anything, or give
+#: texts the reader's checks refuse (the caller reads such a file whole, for the reader's
+#: message: :func:`probtrans.data.files.input_text_chunks`)
+TextStreamer = Callable[[Path, ReadOptions, int], Iterator[list[Any]]]
+
+
+# ----------------------------------------------------------------------------- checks
+def raise_problems(problems: list[tuple[int, str]], where: Callable[[int], str]) -> None:
+    """One error line listing the first malformed rows (``WHERE: problem``), if any."""
+    if problems:
+        shown = "; ".join(f"{where(row)}: {problem}" for row, problem in problems[:MAX_REPORTED])
+        more = len(problems) - MAX_REPORTED
+        raise ProbtransError(shown + (f" (and {more} more malformed rows)" if more > 0 else ""))
+
+
+def text_problem(value: object, column: str) -> str | None:
+    """Why ``value`` is not a text, or None if it is one."""
+    if value is None:
+        return f"{column!r} is missing"
+    if not isinstance(value, str):
+        return f"{column!r} is a {type(value).__name__}, not a string"
+    if not value.strip():
+        return f"{column!r} is empty"
+    return None
+
+
+def checked_label(
+    value: object, column: str, classes: int | None = None, declared: Collection[Any] = ()
+) -> tuple[int | str | None, str | None]:
+    """(the label, None), or (None, why ``value`` is not a label): labels are integers or
+    strings; an integral float becomes an integer; None, "" and NaN are missing, and so are
+    the strings of :data:`MISSING_WORDS` ("NaN", "N/A", "null"...) unless ``declared`` (the
+    classes ``data.labels`` lists) holds them. With ``classes``, a label is an integer (or
+    integer string) in 0..classes−1."""
+    label: int | str | None = None
+    if isinstance(value, str) and value in declared:
+        return value, None
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None, f"{column!r} is missing"
+    if isinstance(value, bool | np.bool_):
+        return None, f"{column!r} is {value!r}, a bool, not an integer or a string"
+    if isinstance(value, int | np.integer):
+        label = int(value)
+    elif isinstance(value, float | np.floating):
+        if math.isnan(value):
+            return None, f"{column!r} is missing"
+        if not float(value).is_integer():
+            return None, f"{column!r} is {float(value)!r}, not an integer or a string"
+        label = int(value)
+    elif isinstance(value, str):
+        label = value
+    else:
+        return None, f"{column!r} is a {type(value).__name__}, not an integer or a string"
+    if classes is None:
+        if isinstance(label, str) and label.strip().lower() in MISSING_WORDS:
+            return None, (
+                f"{column!r} is {label!r}, a missing value (list it in data.labels to make it "
+                f"a class)"
+            )
+        return label, None
+    if isinstance(label, str):
+        if not INTEGER.fullmatch(label):
+            return None, f"{column!r} is {label!r}, not an integer"
+        label = int(label)
+    if not 0 <= label < classes:
+        return None, f"{column!r} is {label}, outside the classes 0..{classes - 1}"
+    return label, None
+
+
+def checked_labels(
+    values: list, column: str, classes: int | None = None, declared: Collection[Any] = ()
+) -> tuple[list[int | str], list[tuple[int, str]]]:
+    """The labels of ``values`` and the problems of the rows that hold none
+    (:func:`checked_label`)."""
+    labels: list[int | str] = []
+    problems: list[tuple[int, str]] = []
+    for row, value in enumerate(values):
+        label, problem = checked_label(value, column, classes, declared)
+        if problem:
+            problems.append((row, problem))
+        labels.append(label)  # None only in a row with a problem
+    return labels, problems
+
+
+def require_column(name: str, columns: list[str], column: str, what: str) -> None:
+    if column not in columns:
+        raise ProbtransError(
+            f"{name}: no {what} column {shown(column)} (columns: {listed(columns)})"
+        )
+
+
+def label_to_read(name: str, columns: list[str], options: ReadOptions) -> str | None:
+    """The label column to read: None when labels are not read, or ``options.labels`` is None
+    and the column is absent; a column required (labels True) but absent raises
+    ProbtransError."""
+    if not options.read_labels:
+        return None
+    if options.label_column in columns:
+        return options.label_column
+    if options.labels is None:
+        return None
+    require_column(name, columns, options.label_column or "", "label")
+    return None
+
+
+def listed(names: Iterable[str]) -> str:
+    """``'a', 'b', ...`` for a message: each name :func:`shown`, the first :data:`MAX_LISTED`."""
+    names = list(names)
+    more = f", ... ({len(names)} in all)" if len(names) > MAX_LISTED else ""
+    return ", ".join(map(shown, names[:MAX_LISTED])) + more or "none"
+
+
+def shown(name: object) -> str:
+    """A name read from a file (a column, an array) as a message shows it: quoted, with
+    characters that are not printable escaped (as ``repr`` does), and cut to
+    :data:`SHOWN_NAME` characters with its length said."""
+    text = repr(name)
+    if len(text) <= SHOWN_NAME or not isinstance(name, str):
+        return text[: SHOWN_NAME * 2]
+    cut = name[:SHOWN_NAME]
+    while len(repr(cut)) > SHOWN_NAME:
+        cut = cut[:-1]
+    return f"{cut!r}... ({len(name)} characters)"
+
+
+def row_index(name: str) -> Callable[[int], str]:
+    """``where`` for a source without lines: row K (0-based, as the source indexes it)."""
+    return lambda row: f"{name}: row {row}"
+
+
+def reason(err: BaseException) -> str:
+    """``Type: first line`` of ``err`` (of its cause when datasets wrapped it)."""
+    cause = err.__cause__ or err
+    lines = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__
