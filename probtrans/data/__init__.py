@@ -12,7 +12,7 @@ from typing import Any
 _EXPORTS = {
     "DATA_SOURCES": "probtrans.data.sources",
     "load_data": "probtrans.data.sources",
-    "NO_LABEL": "probtrans.data.bundle",
+    "NO_LABEL": "probtrans.data.in_memory",
     "DataBundle": "probtrans.data.bundle",
     "DataSplit": "probtrans.data.bundle",
 }

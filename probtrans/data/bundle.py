@@ -3,37 +3,50 @@
 Every data source (:mod:`probtrans.data.sources`) returns a :class:`DataBundle`; models only see
 :class:`DataSplit` tensors. Data held in memory become a bundle through
 :meth:`DataBundle.from_tensors` (images or token ids) and :meth:`DataBundle.from_texts` (texts,
-tokenised with a vocabulary learned on the training texts). A split whose rows have no class
-(out-of-domain data, inputs to predict) carries the label :data:`NO_LABEL`;
+tokenised with a vocabulary learned on the training texts), their arguments checked and split by
+:mod:`probtrans.data.in_memory`. A split whose rows have no class (out-of-domain data, inputs to
+predict) carries the label :data:`~probtrans.data.in_memory.NO_LABEL`;
 :meth:`DataSplit.unlabelled` builds one.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
 import torch
-from sklearn.model_selection import train_test_split
 from tokenizers import Tokenizer
 from torch import Tensor
 
+from probtrans.data.in_memory import (
+    NO_LABEL,
+    arranged_splits,
+    as_tensor,
+    check_classes,
+    check_inputs,
+    check_same_image_shape,
+    checked_class_names,
+    checked_label_list,
+    checked_pair,
+    checked_texts,
+    checked_vocab_size,
+    class_indices,
+    input_kind,
+    labels_tensor,
+    named_sets,
+    split_description,
+    split_rows,
+)
 from probtrans.data.tokenizer import decoder, encode, encoder, pad_id, train_tokenizer
 from probtrans.errors import ProbtransError
 from probtrans.specs import DataSpec
-from probtrans.specs.base import check_seed, parse
-from probtrans.specs.model import SET_NAME_PATTERN
-from probtrans.summary import is_ood_split, ood_sets, ood_split
+from probtrans.specs.base import parse
+from probtrans.summary import is_ood_split, ood_split
 
 #: batches per pool of length-grouped shuffling (``DataSplit.batches(by_length=True)``)
 POOL_BATCHES = 50
-#: the label of a row without a class: out-of-domain data, inputs to predict
-NO_LABEL = -1
-SET_NAME = re.compile(SET_NAME_PATTERN)
 #: split fractions and tokenisation settings of the in-memory constructors (the spec defaults)
 _DEFAULTS = DataSpec()
 
@@ -253,7 +266,7 @@ class DataBundle:
             return encoder(self.tokenizer)(inputs)
         if isinstance(inputs, list | tuple) and inputs and isinstance(inputs[0], str):
             raise ProbtransError(f"{self.name}: an image data set; it cannot read texts")
-        images = _as_tensor(inputs, f"{what}")
+        images = as_tensor(inputs, f"{what}")
         if images.ndim == 3:
             images = images[:, None]
         if images.ndim != 4 or tuple(images.shape[1:]) != tuple(self.image_shape or ()):
@@ -265,7 +278,7 @@ class DataBundle:
             self.scaling = dataclasses.replace(self.scaling, pixel_range=self.pixel_range())
         pixels = self.scaling.pixels(images, what)
         self.scaling.check_range(pixels, what)
-        return _check_inputs(self.scaling.standardise(pixels), "image", what), None
+        return check_inputs(self.scaling.standardise(pixels), "image", what), None
 
     def decode(self, ids: list[int]) -> str:
         """Token ids → the words the model sees (lower-cased, unknown words as [UNK])."""
@@ -348,17 +361,19 @@ class DataBundle:
         """
         where = "DataBundle.from_tensors"
         given = {"train": train, "val": val, "test": test}
-        pairs = {s: _pair(v, s, where) for s, v in given.items() if v is not None}
-        xs = {s: _as_tensor(x, f"{where}: {s} x") for s, (x, _) in pairs.items()}
-        ys = {s: _labels_tensor(y, f"{where}: {s} y") for s, (_, y) in pairs.items()}
-        for set_name, value in _named_sets(ood, where).items():
+        pairs = {s: checked_pair(v, s, where) for s, v in given.items() if v is not None}
+        xs = {s: as_tensor(x, f"{where}: {s} x") for s, (x, _) in pairs.items()}
+        ys = {s: labels_tensor(y, f"{where}: {s} y") for s, (_, y) in pairs.items()}
+        for set_name, value in named_sets(ood, where).items():
             s = ood_split(set_name)
-            ood_x, ood_y = _pair(value, s, where) if isinstance(value, tuple) else (value, None)
-            xs[s] = _as_tensor(ood_x, f"{where}: {s} x")
+            ood_x, ood_y = (
+                checked_pair(value, s, where) if isinstance(value, tuple) else (value, None)
+            )
+            xs[s] = as_tensor(ood_x, f"{where}: {s} x")
             ys[s] = (
                 torch.full((len(xs[s]),), NO_LABEL, dtype=torch.long)
                 if ood_y is None
-                else _labels_tensor(ood_y, f"{where}: {s} y")
+                else labels_tensor(ood_y, f"{where}: {s} y")
             )
         shapes = {s: tuple(x.shape) for s, x in xs.items()}  # as given, for messages
         if kind is None and str(getattr(pairs["train"][0], "dtype", "")).endswith("uint8"):
@@ -366,27 +381,27 @@ class DataBundle:
                 f"{where}: train x: dtype uint8: 8-bit images? pass kind='image'; token ids? "
                 f"give them as int64"
             )
-        kind = kind or _input_kind(xs["train"], f"{where}: train x")
+        kind = kind or input_kind(xs["train"], f"{where}: train x")
         scaling = ImageScaling()
         if kind == "image" and not xs["train"].is_floating_point():
             scaling = ImageScaling(eight_bit=True)
             xs = {s: scaling.pixels(x, f"{where}: {s} x") for s, x in xs.items()}
-        xs = {s: _check_inputs(x, kind, f"{where}: {s} x") for s, x in xs.items()}
+        xs = {s: check_inputs(x, kind, f"{where}: {s} x") for s, x in xs.items()}
         for s in pairs:
             if not len(xs[s]):
                 raise ProbtransError(f"{where}: {s} x: shape {shapes[s]}; no rows")
         if kind == "image":
-            _same_image_shape(xs, where)
+            check_same_image_shape(xs, where)
         for s, y in ys.items():
             if len(y) != len(xs[s]):
                 raise ProbtransError(
                     f"{where}: {s}: x has {len(xs[s])} rows (shape {shapes[s]}) but y "
                     f"has {len(y)} labels"
                 )
-        names = _class_names(class_names, ys, where)
+        names = checked_class_names(class_names, ys, where)
         for s, y in ys.items():
-            _check_classes(y, len(names), f"{where}: {s} y", allow_none=is_ood_split(s))
-        rows = _split_rows(
+            check_classes(y, len(names), f"{where}: {s} y", allow_none=is_ood_split(s))
+        rows = split_rows(
             ys["train"].numpy(), "val" in xs, "test" in xs, val_fraction, test_fraction, seed, where
         )
         all_x, all_y = xs["train"], ys["train"]
@@ -394,7 +409,7 @@ class DataBundle:
             xs[s], ys[s] = all_x[index], all_y[index]
         vocab = None
         if kind == "tokens":
-            vocab = _vocab_size(xs, vocab_size, where)
+            vocab = checked_vocab_size(xs, vocab_size, where)
 
         def split(s: str) -> DataSplit:
             x = xs[s]
@@ -403,12 +418,12 @@ class DataBundle:
         splits = {s: split(s) for s in xs}
         return cls(
             name=name,
-            **_arranged(splits),
+            **arranged_splits(splits),
             class_names=names,
             kind=kind,
             image_shape=tuple(xs["train"].shape[1:]) if kind == "image" else None,
             vocab_size=vocab,
-            description=_description("in-memory tensors", splits, rows, seed),
+            description=split_description("in-memory tensors", splits, rows, seed),
             scaling=scaling,
         )
 
@@ -461,26 +476,26 @@ class DataBundle:
             where,
         )
         given = {"train": train, "val": val, "test": test}
-        pairs = {s: _pair(v, s, where) for s, v in given.items() if v is not None}
-        texts = {s: _texts(t, f"{where}: {s} texts") for s, (t, _) in pairs.items()}
-        values = {s: _label_list(y, f"{where}: {s} labels") for s, (_, y) in pairs.items()}
+        pairs = {s: checked_pair(v, s, where) for s, v in given.items() if v is not None}
+        texts = {s: checked_texts(t, f"{where}: {s} texts") for s, (t, _) in pairs.items()}
+        values = {s: checked_label_list(y, f"{where}: {s} labels") for s, (_, y) in pairs.items()}
         for s, t in texts.items():
             if len(t) != len(values[s]):
                 raise ProbtransError(f"{where}: {s}: {len(t)} texts but {len(values[s])} labels")
-        for set_name, value in _named_sets(ood, where).items():
+        for set_name, value in named_sets(ood, where).items():
             s = ood_split(set_name)
             ood_texts, ood_labels = (
-                _pair(value, s, where) if isinstance(value, tuple) else (value, None)
+                checked_pair(value, s, where) if isinstance(value, tuple) else (value, None)
             )
-            texts[s] = _texts(ood_texts, f"{where}: {s} texts")
+            texts[s] = checked_texts(ood_texts, f"{where}: {s} texts")
             if ood_labels is not None:
-                values[s] = _label_list(ood_labels, f"{where}: {s} labels")
+                values[s] = checked_label_list(ood_labels, f"{where}: {s} labels")
                 if len(values[s]) != len(texts[s]):
                     raise ProbtransError(
                         f"{where}: {s}: {len(texts[s])} texts but {len(values[s])} labels"
                     )
         ys, names = class_indices(values, labels, where)
-        rows = _split_rows(
+        rows = split_rows(
             ys["train"], val is not None, test is not None, val_fraction, test_fraction, seed, where
         )
         all_texts, all_y = texts["train"], ys["train"]
@@ -495,313 +510,14 @@ class DataBundle:
             return DataSplit(ids, y.long(), ids != pad_id(tokenizer))
 
         splits = {s: split(s) for s in texts}
-        description = _description("in-memory texts", splits, rows, seed)
+        description = split_description("in-memory texts", splits, rows, seed)
         description.update(max_len=spec.max_len, min_freq=spec.min_freq)
         return cls(
             name=name,
-            **_arranged(splits),
+            **arranged_splits(splits),
             class_names=names,
             kind="tokens",
             vocab_size=tokenizer.get_vocab_size(),
             description=description,
             tokenizer=tokenizer,
         )
-
-
-# ------------------------------------------------------------------ in-memory data: checks
-def _named_sets(ood: Any, where: str) -> dict[str, Any]:
-    """``ood`` as out-of-domain sets by name: one set (named "ood"), or a dict of them."""
-    if ood is None:
-        return {}
-    if not isinstance(ood, dict):
-        return {"ood": ood}
-    for set_name in ood:
-        if not isinstance(set_name, str) or not SET_NAME.fullmatch(set_name):
-            raise ProbtransError(
-                f"{where}: ood set name {set_name!r}: letters, digits and _ . + - only, starting "
-                f"with a letter or digit"
-            )
-    return dict(ood)
-
-
-def _arranged(splits: dict[str, DataSplit]) -> dict[str, Any]:
-    """``train``, ``val``, ``test`` and the ``ood:NAME`` splits as DataBundle's arguments."""
-    return {s: splits[s] for s in ("train", "val", "test")} | {"ood": ood_sets(splits)}
-
-
-def _pair(value: Any, split: str, where: str) -> tuple[Any, Any]:
-    if not isinstance(value, tuple | list) or len(value) != 2:
-        what = f"a {type(value).__name__}" + (
-            f" of length {len(value)}" if isinstance(value, tuple | list) else ""
-        )
-        raise ProbtransError(f"{where}: {split} must be a pair (x, y), got {what}")
-    return value[0], value[1]
-
-
-def _as_tensor(value: Any, what: str) -> Tensor:
-    """``value`` (a tensor, numpy array or nested list of numbers) as a CPU tensor."""
-    if isinstance(value, Tensor):
-        return value.detach().cpu()
-    try:
-        array = np.asarray(value)
-    except ValueError as err:  # ragged nested lists
-        raise ProbtransError(f"{what}: not an array ({err})") from None
-    if array.dtype.kind not in "biuf":
-        raise ProbtransError(
-            f"{what}: must hold numbers, got a {type(value).__name__} of dtype {array.dtype}"
-        )
-    if array.dtype.kind == "u":  # torch lacks most unsigned types
-        array = array.astype(np.int64)
-    return torch.from_numpy(array.copy())
-
-
-def _labels_tensor(value: Any, what: str) -> Tensor:
-    y = _as_tensor(value, what)
-    if y.ndim != 1:
-        raise ProbtransError(f"{what}: labels must be 1-D (N,), got shape {tuple(y.shape)}")
-    if y.is_floating_point() or y.dtype == torch.bool:
-        raise ProbtransError(f"{what}: labels must be integers, got dtype {y.dtype}")
-    return y.long()
-
-
-def _input_kind(x: Tensor, what: str) -> str:
-    if x.dtype == torch.bool:
-        raise ProbtransError(
-            f"{what}: dtype bool; give float images (N, C, H, W) or integer token ids (N, L)"
-        )
-    return "image" if x.is_floating_point() else "tokens"
-
-
-def _check_inputs(x: Tensor, kind: str, what: str) -> Tensor:
-    """``x`` checked as ``kind``: float32 images (N, C, H, W) or long token ids (N, L)."""
-    shape = tuple(x.shape)
-    if x.dtype == torch.bool or x.is_floating_point() != (kind == "image"):
-        given = "float" if x.is_floating_point() else str(x.dtype).removeprefix("torch.")
-        want = "float images" if kind == "image" else "integer token ids"
-        raise ProbtransError(
-            f"{what}: dtype {given}, but train x holds {want} (all splits hold the same kind)"
-        )
-    if kind == "image":
-        if x.ndim == 3:
-            x = x[:, None]
-        if x.ndim != 4 or 0 in x.shape[1:]:
-            raise ProbtransError(f"{what}: shape {shape}; images must be (N, C, H, W) or (N, H, W)")
-        x = x.float()
-        if not torch.isfinite(x).all():
-            raise ProbtransError(f"{what}: shape {shape}; holds NaN or infinite values")
-        return x
-    if x.ndim != 2 or x.shape[1] == 0:
-        raise ProbtransError(f"{what}: shape {shape}; token ids must be (N, L) with L ≥ 1")
-    x = x.long()
-    if len(x) and int(x.min()) < 0:
-        raise ProbtransError(f"{what}: shape {shape}; token ids must be ≥ 0 (0 is padding)")
-    blank = (x == 0).all(1).nonzero().flatten()
-    if len(blank):
-        raise ProbtransError(
-            f"{what}: shape {shape}; row {int(blank[0])} is all padding (id 0), it needs a token"
-        )
-    return x
-
-
-def _same_image_shape(xs: dict[str, Tensor], where: str) -> None:
-    shape = tuple(xs["train"].shape[1:])
-    for s, x in xs.items():
-        if tuple(x.shape[1:]) != shape:
-            raise ProbtransError(
-                f"{where}: {s} x: images of shape {tuple(x.shape[1:])} (C, H, W), but train "
-                f"images are {shape}"
-            )
-
-
-def _class_names(class_names: Sequence[str] | None, ys: dict[str, Tensor], where: str) -> list[str]:
-    if class_names is None:
-        in_domain = [y for s, y in ys.items() if not is_ood_split(s) and len(y)]
-        n = max(int(y.max()) for y in in_domain) + 1 if in_domain else 0
-        if n < 2:
-            raise ProbtransError(
-                f"{where}: the labels hold {max(n, 0)} class(es) (largest label {n - 1}); a "
-                f"classifier needs at least 2 (or give class_names)"
-            )
-        return [str(c) for c in range(n)]
-    if isinstance(class_names, str):
-        raise ProbtransError(f"{where}: class_names must be a list of names, not one string")
-    names = [str(c) for c in class_names]
-    if len(names) < 2 or len(set(names)) != len(names):
-        raise ProbtransError(f"{where}: class_names = {names}: must be at least 2 distinct names")
-    return names
-
-
-def _check_classes(y: Tensor, n_classes: int, what: str, allow_none: bool) -> None:
-    low = NO_LABEL if allow_none else 0
-    bad = ((y < low) | (y >= n_classes)).nonzero().flatten()
-    if len(bad):
-        row = int(bad[0])
-        allowed = f"{low}..{n_classes - 1}" + (" (−1: no class)" if allow_none else "")
-        raise ProbtransError(
-            f"{what}: shape {tuple(y.shape)}; label {int(y[row])} at row {row} is outside the "
-            f"classes {allowed}"
-        )
-
-
-def _vocab_size(xs: dict[str, Tensor], vocab_size: int | None, where: str) -> int:
-    largest = max(int(x.max()) for x in xs.values() if len(x))
-    if vocab_size is None:
-        return max(largest + 1, 2)
-    if largest >= vocab_size:
-        s = next(s for s, x in xs.items() if len(x) and int(x.max()) == largest)
-        raise ProbtransError(
-            f"{where}: {s} x: token id {largest} is outside vocab_size = {vocab_size}"
-        )
-    return vocab_size
-
-
-def _split_rows(
-    labels: np.ndarray,
-    have_val: bool,
-    have_test: bool,
-    val_fraction: float,
-    test_fraction: float,
-    seed: int,
-    where: str,
-) -> dict[str, np.ndarray]:
-    """Rows of ``train`` that become ``train`` and the missing ``test`` and ``val`` splits,
-    stratified by ``labels`` and seeded; fractions are of all of ``train``."""
-    check_seed(seed, f"{where}: seed = {seed!r}")
-    rows = {"train": np.arange(len(labels))}
-    if have_val and have_test:
-        return {}
-    fractions = {}
-    if not have_test:
-        fractions["test"] = test_fraction
-    if not have_val:
-        fractions["val"] = val_fraction
-    for s, f in fractions.items():
-        if not (isinstance(f, int | float) and 0 < f < 1):
-            raise ProbtransError(f"{where}: {s}_fraction = {f!r}: must be in (0, 1)")
-    if sum(fractions.values()) >= 1:
-        raise ProbtransError(
-            f"{where}: val_fraction + test_fraction = {sum(fractions.values())}: must be < 1, "
-            f"train needs rows"
-        )
-    for s, f in fractions.items():  # test first, then val, as the digits data
-        size = max(1, round(f * len(labels)))  # rows, of all of train: no rounding drift
-        try:
-            rest, part = train_test_split(
-                rows["train"],
-                test_size=size,
-                stratify=labels[rows["train"]],
-                random_state=seed,
-            )
-        except ValueError as err:
-            raise ProbtransError(
-                f"{where}: cannot split {s} ({s}_fraction = {f}) off train ({len(labels)} rows) "
-                f"stratified by class: {err}"
-            ) from None
-        rows["train"], rows[s] = np.sort(rest), np.sort(part)
-    return rows
-
-
-def _description(source: str, splits: dict[str, DataSplit], rows: dict, seed: int) -> dict:
-    return {
-        "source": source,
-        "sizes": {s: len(split) for s, split in splits.items()},
-        "split_off_train": sorted(s for s in rows if s != "train"),
-        "split_seed": seed,
-    }
-
-
-def _texts(value: Any, what: str, empty_ok: bool = False) -> list[str]:
-    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise ProbtransError(f"{what}: must be a list of strings, got a {type(value).__name__}")
-    texts = list(value)
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise ProbtransError(f"{what}[{i}]: a {type(text).__name__}, not a string")
-        if not text.strip():
-            raise ProbtransError(f"{what}[{i}]: empty text")
-    if not texts and not empty_ok:
-        raise ProbtransError(f"{what}: no texts")
-    return texts
-
-
-def _label_list(value: Any, what: str) -> list[Any]:
-    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise ProbtransError(f"{what}: must be a list of labels, got a {type(value).__name__}")
-    values = value.tolist() if isinstance(value, np.ndarray | Tensor) else list(value)
-    for i, v in enumerate(values):
-        if isinstance(v, np.generic):
-            v = values[i] = v.item()
-        if isinstance(v, bool) or not isinstance(v, int | str):
-            raise ProbtransError(
-                f"{what}[{i}]: label {v!r} is a {type(v).__name__}; labels are strings or integers"
-            )
-    return values
-
-
-def class_indices(
-    values: dict[str, list[Any]],
-    labels: Sequence[Any] | None,
-    where: str,
-    locate: Callable[[str, int], str] | None = None,
-) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Class indices per split and the class names (see :meth:`DataBundle.from_texts`);
-    ``locate(split, row)`` names where a bad label is (a file and line) in errors."""
-    strings = isinstance(values["train"][0], str)
-    for s, vs in values.items():
-        for i, v in enumerate(vs):
-            if isinstance(v, str) != strings:
-                raise ProbtransError(
-                    f"{_row(where, s, i, locate)} = {v!r}: labels mix strings and integers"
-                )
-    by_index = not strings  # integer labels are class indices, unless ``labels`` orders them
-    by_name = False  # integer labels indexing the class names of ``labels``
-    if labels is not None:
-        if isinstance(labels, str):
-            raise ProbtransError(f"{where}: labels must be a list of classes, not one string")
-        order = [v.item() if isinstance(v, np.generic) else v for v in labels]
-        twice = sorted({str(v) for v in order if order.count(v) > 1})
-        if twice:
-            raise ProbtransError(f"{where}: labels = {order}: lists {twice[0]!r} twice")
-        if len(order) < 2:
-            raise ProbtransError(f"{where}: labels = {order}: must be at least 2 classes")
-        by_index = not strings and all(isinstance(v, str) for v in order)  # names of 0..C−1
-        by_name = by_index
-        names = [str(v) for v in order]
-        index = (
-            {c: c for c in range(len(order))} if by_index else {v: i for i, v in enumerate(order)}
-        )
-        known = f"{order}"
-    elif strings:
-        names = sorted(set(values["train"]))
-        index = {v: i for i, v in enumerate(names)}
-        known = f"{names} (the train labels; labels=[...] names them all)"
-    else:
-        n = max(max(vs) for s, vs in values.items() if not is_ood_split(s)) + 1
-        names = [str(c) for c in range(n)]
-        index = {c: c for c in range(n)}
-    if len(names) < 2:
-        raise ProbtransError(
-            f"{where}: the labels hold the single class {names}; a classifier needs at least 2"
-        )
-    if by_index:
-        known = f"0..{len(names) - 1}" + (" (integer labels index the names given)" * by_name)
-    ys = {}
-    for s, vs in values.items():
-        for i, v in enumerate(vs):
-            if v not in index:
-                raise ProbtransError(
-                    f"{_row(where, s, i, locate)} = {v!r}: not one of the classes {known}"
-                )
-        ys[s] = np.array([index[v] for v in vs], dtype=np.int64)
-    unseen = [names[c] for c in range(len(names)) if c not in set(ys["train"].tolist())]
-    if unseen:
-        raise ProbtransError(
-            f"{where}: class {unseen[0]!r} of the classes {names} has no training example"
-            + (" (integer labels are the classes 0..C−1; labels = [...] lists yours)" * by_index)
-        )
-    return ys, names
-
-
-def _row(where: str, split: str, i: int, locate: Callable[[str, int], str] | None) -> str:
-    """How an error names label ``i`` of ``split``: its file and line, or its list position."""
-    return f"{locate(split, i)}: label" if locate else f"{where}: {split} labels[{i}]"

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from probtrans.data.bundle import NO_LABEL, DataBundle, DataSplit, ImageScaling, class_indices
+from probtrans.data.bundle import DataBundle, DataSplit, ImageScaling
 from probtrans.data.corruptions import corrupt, parse_corruption
 from probtrans.data.files import Rows, parse_source, read_images, read_texts
+from probtrans.data.in_memory import NO_LABEL, class_indices
 from probtrans.errors import ProbtransError
 from probtrans.specs import DataSpec
 from probtrans.specs.model import OodSetSpec

@@ -22,7 +22,8 @@ import torch
 from tokenizers import Tokenizer
 
 from probtrans.checkpoint import load_cached, save_checkpoint
-from probtrans.data.bundle import NO_LABEL, DataBundle, DataSplit
+from probtrans.data.bundle import DataBundle, DataSplit
+from probtrans.data.in_memory import NO_LABEL
 from probtrans.data.text import (
     TASK_SOURCES,
     TextTask,
