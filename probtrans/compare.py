@@ -65,7 +65,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from probtrans import calibration, distributed, figures
+from probtrans import calibration, comparison_figure, distributed
 from probtrans.checkpoint import load_checkpoint, require
 from probtrans.contract import float32_default
 from probtrans.data.sources import is_image, ood_set_names
@@ -519,11 +519,11 @@ def markdown(
 
 
 def figure(comparison: Comparison, methods: dict[str, list[Instance]]) -> Figure:
-    """Every method overlaid, one panel per question (:func:`probtrans.figures.comparison_figure`):
-    reliability, risk–coverage and OOD ROC of each method's first seed (or its ensemble), and
-    the table's headline metrics as mean ± std over seeds; from their predictives
-    (:func:`method_instances`)."""
-    return figures.comparison_figure(
+    """Every method overlaid, one panel per question
+    (:func:`probtrans.comparison_figure.comparison_figure`): reliability, risk–coverage and OOD
+    ROC of each method's first seed (or its ensemble), and the table's headline metrics as
+    mean ± std over seeds; from their predictives (:func:`method_instances`)."""
+    return comparison_figure.comparison_figure(
         comparison.title, methods, comparison.id_metric, comparison.ood_score
     )
 

@@ -48,9 +48,9 @@ class GuideComparison(TemporaryFolder):
     the ``id_metric``, the compared metrics (NLL, Brier, ECE, …), the held-out ELPD with its
     rank and the paired standard error of its difference to the best, PSIS-LOO with its Pareto
     k̂ flag, and the out-of-domain AUROC/AUPR by ``ood_score``. ``figure``: ``figure.png``
-    (:func:`probtrans.figures.comparison_figure`). ``az_compare``: ``arviz.compare`` (PSIS-LOO
-    over the training examples) of each name's first-seed run's ``predictive.nc``, indexed by
-    name; None where a run keeps no pointwise training log-likelihood (``[predictive]
+    (:func:`probtrans.comparison_figure.comparison_figure`). ``az_compare``: ``arviz.compare``
+    (PSIS-LOO over the training examples) of each name's first-seed run's ``predictive.nc``,
+    indexed by name; None where a run keeps no pointwise training log-likelihood (``[predictive]
     loo_samples = 0``, or draws that differ inside the network: ``metrics.json``'s
     ``loo_note``). ArviZ flags the k̂ of a point mass (``AutoDelta``: equal draws) in its
     ``warning`` column, where the table's † says that k̂ does not apply.

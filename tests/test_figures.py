@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from probtrans import figures, metrics
+from probtrans import comparison_figure, figures, metrics
 from probtrans.summary import summarise
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -275,8 +275,8 @@ def methods(n: int) -> dict[str, list[Predictive]]:
 @pytest.mark.parametrize("n_methods", [2, 11])
 def test_comparison_figure_overlays_every_method_at_a_fixed_size(tmp_path, n_methods):
     compared = methods(n_methods)
-    fig = figures.comparison_figure("tiny", compared, "accuracy", "entropy")
-    assert tuple(fig.get_size_inches()) == figures.COMPARISON_FIGSIZE
+    fig = comparison_figure.comparison_figure("tiny", compared, "accuracy", "entropy")
+    assert tuple(fig.get_size_inches()) == comparison_figure.COMPARISON_FIGSIZE
     curves, scores = fig.subfigs
     reliability_ax, risk_ax, roc_ax = curves.axes
     names = list(compared)
@@ -323,7 +323,7 @@ def test_comparison_figure_without_ood_sets():
         name: [Predictive({k: v for k, v in p.probs.items() if k in ("val", "test")}, p.labels)]
         for name, (p, _) in methods(2).items()
     }
-    fig = figures.comparison_figure("no ood", compared)
+    fig = comparison_figure.comparison_figure("no ood", compared)
     curves, scores = fig.subfigs
     assert curves.axes[2].get_title() == "OOD detection: no out-of-domain sets"
     assert len(scores.axes) == 7  # no AUROC panel
