@@ -548,8 +548,9 @@ class Score:
 
 #: the in-domain metrics of ``metrics.json``, in its order
 METRICS: Registry[Metric] = Registry("metric")
-#: every uncertainty score, in the order of ``metrics["ood"][SET]``
-UNCERTAINTY_SCORES: Registry[Score] = Registry("uncertainty score")
+#: every uncertainty score, in the order of ``metrics["ood"][SET]``; the feature-space scores
+#: (:mod:`probtrans.feature_scores`) register theirs when it is first read
+UNCERTAINTY_SCORES: Registry[Score] = Registry("uncertainty score", ("probtrans.feature_scores",))
 
 
 def register_metric(metric: Metric) -> Metric:
@@ -651,12 +652,4 @@ register_score(Score(name="mutual_information", function=mutual_information,
 register_score(Score(name="std_top", function=std_top, label="std of top-class probability",
     column=True))
 register_score(Score(name="energy", function=None, label="free energy"))
-register_score(Score(name="mahalanobis", function=None, label="Mahalanobis distance",
-    column=True))
-register_score(Score(name="relative_mahalanobis", function=None,
-    label="relative Mahalanobis distance", column=True))
-register_score(Score(name="feature_density", function=None,
-    label="−log feature density (GMM)", column=True))
-register_score(Score(name="knn", function=None, label="distance to k-th nearest neighbour",
-    column=True))
 # fmt: on

@@ -10,6 +10,7 @@ uncertainty scores (:data:`probtrans.metrics.UNCERTAINTY_SCORES`). A spec holds 
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Generic, TypeVar
@@ -20,11 +21,21 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    """Names → implementations of one kind (``what``: e.g. ``"guide"``)."""
+    """Names → implementations of one kind (``what``: e.g. ``"guide"``).
 
-    def __init__(self, what: str) -> None:
+    ``builtins``: the modules that register built-in entries from a layer above the registry's
+    (the feature-space scores register uncertainty scores), imported when the registry is
+    first read, so that every reader sees them."""
+
+    def __init__(self, what: str, builtins: tuple[str, ...] = ()) -> None:
         self.what = what
         self._entries: dict[str, T] = {}
+        self._builtins = builtins
+
+    def _load_builtins(self) -> None:
+        modules, self._builtins = self._builtins, ()  # once; their registrations come back here
+        for module in modules:
+            importlib.import_module(module)
 
     def register(self, name: str, entry: T) -> T:
         if name in self._entries:
@@ -35,6 +46,7 @@ class Registry(Generic[T]):
     def get(self, name: str, field: str) -> T:
         """The entry called ``name``; ``field`` says where the name came from, e.g.
         ``"inference/map.toml: guide.name"``, for the error an unknown name raises."""
+        self._load_builtins()
         if name not in self._entries:
             raise ConfigError(
                 f"{field} = {name!r}: unknown {self.what} (known: {', '.join(self.names())})"
@@ -43,23 +55,33 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         """The names, sorted (for messages and the schema's choices)."""
+        self._load_builtins()
         return sorted(self._entries)
 
     def entries(self) -> list[T]:
         """The entries in the order they were registered."""
+        self._load_builtins()
         return list(self._entries.values())
+
+    def items(self) -> list[tuple[str, T]]:
+        """(name, entry) in the order they were registered."""
+        self._load_builtins()
+        return list(self._entries.items())
 
     def __iter__(self) -> Iterator[str]:
         """The names in the order they were registered."""
+        self._load_builtins()
         return iter(self._entries)
 
     def __len__(self) -> int:
+        self._load_builtins()
         return len(self._entries)
 
     @contextmanager
     def restored(self) -> Iterator[None]:
         """A ``with`` block after which the registry holds again what it held before: what a
         plugin's test registers inside it is forgotten."""
+        self._load_builtins()
         saved = dict(self._entries)
         try:
             yield

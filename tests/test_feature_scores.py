@@ -10,9 +10,8 @@ from sklearn.covariance import LedoitWolf
 from sklearn.metrics import roc_auc_score
 from sklearn.neighbors import NearestNeighbors
 
-from probtrans import feature_scores
 from probtrans.errors import ProbtransError
-from probtrans.feature_scores import FEATURE_SCORES, FeatureDensity, fit_feature_scores
+from probtrans.feature_scores import FEATURE_SCORES, FittedScores, fit_feature_scores, knn
 from probtrans.metrics import UNCERTAINTY_SCORES
 
 DIM = 5
@@ -88,7 +87,7 @@ def test_feature_density_is_minus_the_class_mixture_log_density(example):
         log_terms.append(np.log(weight) + multivariate_normal(mean, covariance).logpdf(query))
     expected = -logsumexp(np.stack(log_terms, axis=1), axis=1)
     np.testing.assert_allclose(fitted.scores(query)["feature_density"], expected, rtol=1e-10)
-    assert fitted.shared_covariance_classes == []
+    assert fitted["feature_density"].shared_covariance_classes == []
 
 
 def sklearn_kth_distance(train: np.ndarray, query: np.ndarray, k: int) -> np.ndarray:
@@ -112,13 +111,13 @@ def test_knn_in_small_chunks_equals_one_chunk(example, monkeypatch):
     whole = fitted.scores(example["query"])["knn"]
     row_bytes = 8 * len(example["train"])  # one float64 row of the distance matrix
     for rows in (1, 7):
-        monkeypatch.setattr(feature_scores, "KNN_CHUNK_BYTES", rows * row_bytes)
+        monkeypatch.setattr(knn, "KNN_CHUNK_BYTES", rows * row_bytes)
         np.testing.assert_allclose(fitted.scores(example["query"])["knn"], whole, rtol=1e-12)
 
 
 def test_k_is_capped_at_the_training_rows(example):
     fitted = fit_feature_scores(example["train"][:8], example["labels"][:8], n_classes=3, k=50)
-    assert fitted.k == 8
+    assert fitted["knn"].k == 8
     expected = sklearn_kth_distance(example["train"][:8], example["query"], 8)
     np.testing.assert_allclose(fitted.scores(example["query"])["knn"], expected, rtol=1e-10)
 
@@ -126,7 +125,7 @@ def test_k_is_capped_at_the_training_rows(example):
 def test_every_score_ranks_far_ood_above_held_out_rows(example):
     fitted = fit_feature_scores(example["train"], example["labels"], n_classes=3, k=10)
     scores = fitted.scores(example["query"])
-    assert tuple(scores) == FEATURE_SCORES
+    assert tuple(scores) == tuple(FEATURE_SCORES)
     for name in FEATURE_SCORES:
         assert scores[name].shape == (len(example["query"]),)
         assert scores[name].dtype == np.float64
@@ -141,9 +140,11 @@ def test_a_class_with_fewer_rows_than_dimensions_uses_the_shared_covariance():
     train, labels = gaussian_classes(rng, sizes=(60, 3, 1))  # N_1 = 3 ≤ D, N_2 = 1 < 2
     query, _ = gaussian_classes(rng, sizes=(10, 10, 10))
     fitted = fit_feature_scores(train, labels, n_classes=3)
-    assert fitted.shared_covariance_classes == [1, 2]
+    assert fitted["feature_density"].shared_covariance_classes == [1, 2]
     for c in (1, 2):
-        np.testing.assert_array_equal(fitted.class_cholesky[c], fitted.shared_cholesky)
+        np.testing.assert_array_equal(
+            fitted["feature_density"].class_cholesky[c], fitted["mahalanobis"].shared_cholesky
+        )
 
     means = class_means(train, labels)
     tied = LedoitWolf(assume_centered=True).fit(train - means[labels]).covariance_
@@ -173,10 +174,10 @@ def test_npz_round_trip_gives_identical_scores(example, tmp_path):
     fitted = fit_feature_scores(train.astype(np.float32), labels, n_classes=4, k=10)
     np.savez(tmp_path / "features.npz", **fitted.to_arrays())
     with np.load(tmp_path / "features.npz", allow_pickle=False) as arrays:
-        loaded = FeatureDensity.from_arrays(arrays)
-    assert loaded.shared_covariance_classes == [1]
+        loaded = FittedScores.from_arrays(arrays)
+    assert loaded["feature_density"].shared_covariance_classes == [1]
     assert loaded.missing_classes == [3]
-    assert loaded.k == 10
+    assert loaded["knn"].k == 10
     original, reloaded = fitted.scores(example["query"]), loaded.scores(example["query"])
     for name in FEATURE_SCORES:
         np.testing.assert_array_equal(reloaded[name], original[name])
@@ -184,9 +185,26 @@ def test_npz_round_trip_gives_identical_scores(example, tmp_path):
 
 def test_from_arrays_names_what_is_missing(example):
     arrays = fit_feature_scores(example["train"], example["labels"], n_classes=3).to_arrays()
-    del arrays["knn_train"]
-    with pytest.raises(ProbtransError, match="lack knn_train"):
-        FeatureDensity.from_arrays(arrays)
+    del arrays["knn.knn_train"]
+    with pytest.raises(ProbtransError, match=r"lack knn\.knn_train"):
+        FittedScores.from_arrays(arrays)
+
+
+def test_a_file_of_probtrans_0_1_without_score_prefixes_gives_the_same_scores(example):
+    """``feature_scores.npz`` written before each score was its own class held one flat set
+    of arrays (``means``, ``knn_train``, ...): read as the four built-in scores."""
+    fitted = fit_feature_scores(example["train"], example["labels"], n_classes=3, k=10)
+    flat = {key.split(".")[-1]: value for key, value in fitted.to_arrays().items()}
+    assert sorted(flat) == sorted(
+        ["n_classes", "classes", "means", "weights", "shared_cholesky", "class_cholesky"]
+        + ["background_mean", "background_cholesky", "shared_covariance_classes"]
+        + ["knn_train", "k"]
+    )  # the layout of probtrans 0.1's FeatureDensity.to_arrays
+    loaded = FittedScores.from_arrays(flat)
+    assert list(loaded.fitted) == list(FEATURE_SCORES)
+    original, reloaded = fitted.scores(example["query"]), loaded.scores(example["query"])
+    for name in FEATURE_SCORES:
+        np.testing.assert_array_equal(reloaded[name], original[name])
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -279,8 +297,8 @@ def test_a_run_without_feature_scores_is_fitted_by_evaluate_and_noted_by_predict
     assert set(FEATURE_SCORES) <= set(Run.load(run.path).predict(run.data.test))
 
 
-def edited(path, **changes) -> None:
-    """Rewrite the ``.npz`` at ``path`` with some arrays replaced."""
+def edited(path, changes: dict) -> None:
+    """Rewrite the ``.npz`` at ``path`` with some arrays (name → value) replaced."""
     arrays = dict(np.load(path))
     arrays.update({name: np.asarray(value) for name, value in changes.items()})
     np.savez(path, **arrays)
@@ -290,10 +308,10 @@ def edited(path, **changes) -> None:
     "damage, reason",
     [
         ("foreign", "fitted for another checkpoint than this run's"),
-        ("nan_means", "means holds NaN or infinite values"),
+        ("nan_means", "mahalanobis: means holds NaN or infinite values"),
         ("k_above_rows", "k = 100000 for"),
         ("classes", "fitted for 12 classes; this run's network has 8"),
-        ("width", "knn_train of shape"),
+        ("width", "fitted on different feature widths: mahalanobis 16, relative_mahalanobis"),
     ],
 )
 def test_a_feature_score_file_not_of_its_run_is_refused_by_predict_and_refitted_by_evaluate(
@@ -317,15 +335,15 @@ def test_a_feature_score_file_not_of_its_run_is_refused_by_predict_and_refitted_
         other = fit(tiny_model_file, inference, out=tmp_path / "other", epochs=1, seed=1)
         shutil.copyfile(other.path / "feature_scores.npz", path)
     elif damage == "nan_means":
-        means = np.load(path)["means"].copy()
+        means = np.load(path)["mahalanobis.means"].copy()
         means[0, 0] = np.nan
-        edited(path, means=means)
+        edited(path, {"mahalanobis.means": means})
     elif damage == "k_above_rows":
-        edited(path, k=100000)
+        edited(path, {"knn.k": 100000})
     elif damage == "classes":
-        edited(path, n_classes=12)
+        edited(path, {"n_classes": 12})
     else:  # features of another width than the kept class means
-        edited(path, knn_train=np.load(path)["knn_train"][:, :3])
+        edited(path, {"knn.knn_train": np.load(path)["knn.knn_train"][:, :3]})
     with pytest.raises(DamagedFile) as refused:
         Run.load(run.path).predict(run.data.test)
     message = str(refused.value)

@@ -31,7 +31,7 @@ from probtrans.data.file_bundle import add_ood_sets
 from probtrans.data.saved import saved_with
 from probtrans.elpd import Loo, psis_loo
 from probtrans.errors import ProbtransError
-from probtrans.feature_scores import FeatureDensity, fit_feature_scores
+from probtrans.feature_scores import FittedScores, fit_feature_scores
 from probtrans.inference.objective import ELBO_KEYS
 from probtrans.inference.posthoc import (
     Energy,
@@ -65,8 +65,8 @@ from probtrans.runs.kept import (
     FeatureScores,
     checkpoint_fingerprint,
     given_scores,
-    read_feature_density,
-    write_feature_density,
+    read_feature_scores,
+    write_feature_scores,
     write_probs,
 )
 from probtrans.runs.run import Run, load_run
@@ -210,19 +210,20 @@ def likelihoods(
     return Likelihoods(first(shared), test, train, loo, "", test_probs, train_probs)
 
 
-def fit_feature_density(
+def fit_run_feature_scores(
     run: Run,
     draws: Draws,
     device: str = "cpu",
     seed: int = 0,
     progress: bool = False,
     train_features: TrainFeatures | None = None,
-) -> FeatureDensity | None:
+) -> FittedScores | None:
     """The feature-space scores of the run (``[predictive] feature_scores``), fitted on the
     training split's pooled features averaged over the posterior ``draws``
-    (:func:`probtrans.feature_scores.fit_feature_scores`) and written to ``feature_scores.npz``;
-    a folder that keeps no training split keeps the scores it has (None if none, with a note).
-    A class that falls back to the shared covariance, or has no training example, gets a note.
+    (:func:`probtrans.feature_scores.fit_feature_scores`) and written to
+    ``feature_scores.npz``; a folder that keeps no training split keeps the scores it has (None
+    if none, with a note). What a score says of some classes (one that falls back to the shared
+    covariance, or has no training example) is a note.
     ``train_features``: what gives every draw's features (N, D), where one pass does
     (:func:`shared_training_features`)."""
     spec = run.inference_spec.predictive
@@ -231,7 +232,7 @@ def fit_feature_density(
         return None
     if len(run.data.train) == 0:
         if path.is_file():
-            return read_feature_density(path, *run.feature_shape())
+            return read_feature_scores(path, *run.feature_shape())
         print(
             f"note: {run.path}: no feature scores: the folder keeps no training split to fit "
             f"them on (a run written before they were fitted; fit it again to have them)",
@@ -259,35 +260,27 @@ def fit_feature_density(
     labels = run.data.train.labels.numpy()
     n_classes = len(run.data.class_names)
     try:
-        density = fit_feature_scores(features, labels, n_classes, spec.knn_neighbours)
+        fitted = fit_feature_scores(features, labels, n_classes, spec.knn_neighbours)
     except ProbtransError as err:  # too few examples, constant features: the run goes on
         print(f"note: {run.path}: no feature scores ({err})", file=sys.stderr)
         return None
     names = run.data.class_names
-    for classes, what in (
-        (
-            density.shared_covariance_classes,
-            "fewer training examples than feature dimensions "
-            "for a covariance of their own: they use the shared one",
-        ),
-        (density.missing_classes, "no training example: the feature scores leave them out"),
-    ):
-        if classes:
-            listed = ", ".join(repr(names[c]) for c in classes)
-            print(f"note: feature scores: the classes {listed} have {what}", file=sys.stderr)
-    write_feature_density(path, density)
-    return density
+    for classes, what in fitted.notes():
+        listed = ", ".join(repr(names[c]) for c in classes)
+        print(f"note: feature scores: the classes {listed} have {what}", file=sys.stderr)
+    write_feature_scores(path, fitted)
+    return fitted
 
 
 def split_feature_scores(
-    density: FeatureDensity | None, features: dict[str, np.ndarray]
+    fitted: FittedScores | None, features: dict[str, np.ndarray]
 ) -> FeatureScores:
     """split → score → (N,) of the pooled features (S, N, D) of every split, averaged over the
-    S draws; none without a fitted ``density``."""
-    if density is None:
+    S draws; none without ``fitted`` scores."""
+    if fitted is None:
         return {}
     return {
-        split: density.scores(value.mean(0))
+        split: fitted.scores(value.mean(0))
         for split, value in features.items()
         if value.shape[1] > 0
     }
@@ -341,8 +334,8 @@ def evaluate(
         run, first, samples, device, seed, progress, adapt, train_features, stopwatch
     )
     with stopwatch.part("feature_scores"):
-        density = fit_feature_density(run, first, device, seed, progress, train_features)
-    feature = split_feature_scores(density, features)
+        fitted = fit_run_feature_scores(run, first, device, seed, progress, train_features)
+    feature = split_feature_scores(fitted, features)
     with stopwatch.part("metrics"):
         labels = split_labels(run.data)
         scores = summarise(probs["plain"], labels, given_scores(energy["plain"], feature))

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from probtrans.errors import ProbtransError
-from probtrans.feature_scores import FeatureDensity
+from probtrans.feature_scores import FittedScores
 from probtrans.inference.posthoc import Energy, Probs
 from probtrans.io import DamagedFile, checked_read, read_npz, write_npz
 
@@ -168,23 +168,25 @@ def probs_origin(folder: Path, kept: KeptPredictives) -> str:
     return "this run" if kept.fingerprint == own else "another run"
 
 
-def write_feature_density(path: Path, density: FeatureDensity) -> None:
-    """``feature_scores.npz``: the fitted scores (:meth:`FeatureDensity.to_arrays`) and the
+def write_feature_scores(path: Path, fitted: FittedScores) -> None:
+    """``feature_scores.npz``: the fitted scores
+    (:meth:`~probtrans.feature_scores.FittedScores.to_arrays`) and the
     :func:`checkpoint_fingerprint` of the run in the folder it is written into."""
-    arrays = density.to_arrays()
+    arrays = fitted.to_arrays()
     fingerprint = checkpoint_fingerprint(Path(path).parent)
     if fingerprint is not None:
         arrays[FINGERPRINT] = np.array(fingerprint)
     write_npz(path, arrays)
 
 
-def read_feature_density(
+def read_feature_scores(
     path: Path, n_classes: int | None = None, dim: int | None = None
-) -> FeatureDensity:
+) -> FittedScores:
     """The feature-space scores kept in a run folder's ``feature_scores.npz``. Checked: fitted
     from the folder's own checkpoint (where the file says which), consistent
-    (:meth:`FeatureDensity.check`: shapes, k, finite values) and, given them, of the run's
-    ``n_classes`` and feature width ``dim``; else a :class:`DamagedFile` naming the file."""
+    (:meth:`~probtrans.feature_scores.FittedScores.check`: shapes, k, finite values) and,
+    given them, of the run's ``n_classes`` and feature width ``dim``; else a
+    :class:`DamagedFile` naming the file."""
     arrays = dict(read_npz(path))
     fingerprint = arrays.pop(FINGERPRINT, None)
     own = checkpoint_fingerprint(Path(path).parent)
@@ -194,16 +196,16 @@ def read_feature_density(
         )
     with checked_read(path, "feature scores"):
         try:
-            density = FeatureDensity.from_arrays(arrays)
+            fitted = FittedScores.from_arrays(arrays)
         except ProbtransError as err:
             raise DamagedFile(path, str(err).removeprefix("feature scores: ")) from None
     for what, kept, run in (
-        ("classes", density.n_classes, n_classes),
-        ("dimensions", density.dim, dim),
+        ("classes", fitted.n_classes, n_classes),
+        ("dimensions", fitted.dim, dim),
     ):
         if run is not None and kept != run:
             raise DamagedFile(path, f"fitted for {kept} {what}; this run's network has {run}")
-    return density
+    return fitted
 
 
 def check_samples(folder: Path, metrics: dict[str, Any], probs: Probs) -> None:

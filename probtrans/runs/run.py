@@ -30,7 +30,7 @@ from probtrans.contract import (
 from probtrans.data import DataBundle, DataSplit, load_data
 from probtrans.data.saved import ForeignData, load_saved_bundle
 from probtrans.errors import ProbtransError, in_file
-from probtrans.feature_scores import FeatureDensity
+from probtrans.feature_scores import FittedScores
 from probtrans.hub import run_backbone
 from probtrans.inference.guide import build_guide, guide_in_words
 from probtrans.inference.predictive import posterior_draws, sample_predictive
@@ -44,7 +44,7 @@ from probtrans.runs.kept import (
     KeptPredictives,
     checkpoint_fingerprint,
     probs_origin,
-    read_feature_density,
+    read_feature_scores,
     read_probs,
 )
 from probtrans.runs.network import TrainedNetwork, new_inputs
@@ -166,7 +166,7 @@ class Run(TemporaryFolder):
         scaled as the training images were, or a split made by :meth:`as_split`. Returns
         :func:`probtrans.prediction.prediction_columns`, one row per input, with the entropy
         percentile among the run's validation examples (from its ``probs.npz``), the
-        feature-space scores where the run has them (:meth:`feature_density`) with their
+        feature-space scores where the run has them (:meth:`feature_scores`) with their
         percentiles, and, given ``labels`` (N,) (classes, −1 for none), the label's class name;
         the same numbers as ``probtrans predict``. ``adapt`` (``"em"``, ``"tent"`` or their
         options; ``adapt_online``: Tent's state carried between batches) adapts the model to
@@ -220,8 +220,8 @@ class Run(TemporaryFolder):
             draws = self.posterior_samples(samples, seed)
             pyro.set_rng_seed(seed)  # the local randomness, as in evaluation
             batch = self.inference_spec.predictive.batch_size
-            density = self.feature_density()
-            sites = ("features",) if density is not None else ()
+            fitted = self.feature_scores()
+            sites = ("features",) if fitted is not None else ()
 
             def predictive(
                 part: DataSplit, adapted: bool = False
@@ -236,11 +236,11 @@ class Run(TemporaryFolder):
                         self.classifier, None, part, samples, batch, self.device, **common
                     )
                 # probs (S, N, C), the feature scores of the features averaged over the S draws
-                given = None if density is None else density.scores(out["features"].mean(0))
+                given = None if fitted is None else fitted.scores(out["features"].mean(0))
                 return out["probs"], given
 
             kept = self.kept_predictives()
-            if kept is not None and (density is None or "val" in kept.features):
+            if kept is not None and (fitted is None or "val" in kept.features):
                 validation, references = kept.probs["plain"]["val"], kept.features.get("val")
             else:
                 validation, references = predictive(self.data.val)
@@ -297,7 +297,7 @@ class Run(TemporaryFolder):
             )
         return kept
 
-    def feature_density(self) -> FeatureDensity | None:
+    def feature_scores(self) -> FittedScores | None:
         """The feature-space scores fitted on the run's training split (its
         ``feature_scores.npz``), or None: not asked for (``[predictive] feature_scores =
         false``), or a run written before they were fitted (with a note: ``probtrans evaluate``
@@ -305,7 +305,7 @@ class Run(TemporaryFolder):
         path = self.path / FEATURE_FILE
         if path.is_file():
             try:
-                return read_feature_density(path, *self.feature_shape())
+                return read_feature_scores(path, *self.feature_shape())
             except DamagedFile as err:
                 raise DamagedFile(
                     path, f"{err.reason}; probtrans evaluate {self.path} fits them again"
