@@ -134,6 +134,23 @@ def test_every_score_ranks_far_ood_above_held_out_rows(example):
     assert set(FEATURE_SCORES) <= registered  # every report shows them
 
 
+def test_the_uncertainty_scores_hold_the_feature_scores_whoever_reads_them_first():
+    """A fresh process that reads the uncertainty scores without importing the feature scores
+    sees them, after the scores of the probabilities; one that imports them first, the same."""
+    import subprocess
+    import sys
+
+    expected = [s.name for s in UNCERTAINTY_SCORES.entries()]
+    assert expected[-len(FEATURE_SCORES) :] == list(FEATURE_SCORES)
+    for first in ("probtrans.metrics", "probtrans.feature_scores"):
+        code = (
+            f"import {first}; from probtrans.metrics import UNCERTAINTY_SCORES; "
+            "print(' '.join(UNCERTAINTY_SCORES))"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert out.stdout.split() == expected, out.stderr
+
+
 # ----------------------------------------------------------------------------- small classes
 def test_a_class_with_fewer_rows_than_dimensions_uses_the_shared_covariance():
     rng = np.random.default_rng(1)
