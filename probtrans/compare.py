@@ -87,6 +87,7 @@ from probtrans.runs import fit
 from probtrans.runs.folder import RunInfo, read_timing, run_name, spec_label
 from probtrans.runs.kept import check_samples, probs_origin, read_probs
 from probtrans.specs import Comparison, Method, read_spec, read_spec_text
+from probtrans.specs.inference import POSTHOC
 from probtrans.summary import comparison_metrics, constant_note, summarise
 
 
@@ -164,7 +165,9 @@ def check_methods(comparison: Comparison) -> None:
     sharing: dict[tuple[str, str], Method] = {}  # (model, inference) → first method training it
     seen: dict[str, Method] = {}  # a method's definition, its name aside → the method
     data: dict[tuple[bool, tuple[str, ...]], Method] = {}  # (images, OOD sets) → first method
-    for method in comparison.method:
+    for index, method in enumerate(comparison.method):
+        if method.variant != "plain":
+            POSTHOC.get(method.variant, f"{comparison.file}: method[{index}].variant")
         model = load_model_spec(method.model)
         inference = load_inference_spec(method.inference)
         if method.variant != "plain" and method.variant not in inference.predictive.posthoc:

@@ -3,8 +3,11 @@
 The registries live next to what they register: attention kinds
 (:data:`probtrans.attention.ATTENTION`), weight guides (:data:`probtrans.guides.GUIDES`),
 inducing-variable guides (:data:`probtrans.gp.guides.INDUCING_GUIDES`), data sources
-(:data:`probtrans.data.sources.DATA_SOURCES`), metrics (:data:`probtrans.metrics.METRICS`) and
-uncertainty scores (:data:`probtrans.metrics.UNCERTAINTY_SCORES`). A spec holds only the name;
+(:data:`probtrans.data.sources.DATA_SOURCES`), metrics (:data:`probtrans.metrics.METRICS`),
+uncertainty scores (:data:`probtrans.metrics.UNCERTAINTY_SCORES`), feature scores
+(:data:`probtrans.feature_scores.FEATURE_SCORES`) and post-hoc predictives
+(:data:`probtrans.specs.inference.POSTHOC`, below the module that registers them). A spec holds
+only the name;
 :mod:`probtrans.resolve` checks every name of a spec against its registry.
 """
 

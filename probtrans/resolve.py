@@ -1,5 +1,6 @@
-"""Name resolution: the names a spec uses (a data set, a guide, an inducing-variable guide, an
-uncertainty score, the monitored metric) are checked against their registries, one layer above them.
+"""Name resolution: the names a spec uses (a data set, a guide, an inducing-variable guide, the
+post-hoc predictives, an uncertainty score, the monitored metric) are checked against their
+registries, one layer above them.
 
 :func:`load_model_spec` and :func:`load_inference_spec` read a spec file, check it against its
 schema (:mod:`probtrans.specs`) and then check every registry name in it, so a typo stops a run
@@ -21,16 +22,24 @@ from probtrans.guides import GUIDES
 from probtrans.hub import backbone_folder, check_reads_texts, image_statistics
 from probtrans.metrics import METRICS, UNCERTAINTY_SCORES, ranked_metric
 from probtrans.registry import Registry
-from probtrans.specs import InferenceSpec, ModelSpec, read_inference_spec, read_model_spec
+from probtrans.specs import (
+    Comparison,
+    InferenceSpec,
+    ModelSpec,
+    read_inference_spec,
+    read_model_spec,
+)
 from probtrans.specs.base import SpecFile, updated
+from probtrans.specs.inference import POSTHOC
 
-#: (dotted field, registry) of every registry name a spec file holds, per spec class (the
-#: fields' TOML names are their attribute names)
+#: (dotted field, registry) of every registry name a spec file holds (a name, or a list of
+#: names), per spec class (the fields' TOML names are their attribute names)
 NAMES: dict[type[SpecFile], list[tuple[str, Registry]]] = {
     ModelSpec: [("data.name", DATA_SOURCES)],
     InferenceSpec: [
         ("guide.name", GUIDES),
         ("guide.inducing", INDUCING_GUIDES),
+        ("predictive.posthoc", POSTHOC),
         ("predictive.ood_score", UNCERTAINTY_SCORES),
         ("train.monitor", METRICS),
     ],
@@ -41,7 +50,12 @@ def check_names(spec: SpecFile) -> None:
     """Raise ConfigError naming the file and field of the first unknown registry name (or
     ``train.monitor`` naming a metric that is neither better higher nor lower)."""
     for dotted, registry in NAMES.get(type(spec), []):
-        registry.get(functools.reduce(getattr, dotted.split("."), spec), f"{spec.file}: {dotted}")
+        value = functools.reduce(getattr, dotted.split("."), spec)
+        if isinstance(value, list):
+            for index, name in enumerate(value):
+                registry.get(name, f"{spec.file}: {dotted}[{index}]")
+        else:
+            registry.get(value, f"{spec.file}: {dotted}")
     if isinstance(spec, InferenceSpec):
         ranked_metric(spec.train.monitor, f"{spec.file}: train.monitor")
 
@@ -124,5 +138,9 @@ def json_schema(cls: type[SpecFile]) -> dict:
     for dotted, registry in NAMES.get(cls, []):
         table, key = dotted.split(".")
         definition = schema["$defs"][schema["properties"][table]["$ref"].rsplit("/", 1)[-1]]
-        definition["properties"][key]["enum"] = registry.names()
+        field = definition["properties"][key]
+        (field["items"] if field.get("type") == "array" else field)["enum"] = registry.names()
+    if cls is Comparison:  # a method reads the plain predictive or a post-hoc one
+        variant = schema["$defs"]["Method"]["properties"]["variant"]
+        variant["enum"] = ["plain", *POSTHOC.names()]
     return schema

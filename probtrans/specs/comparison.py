@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal, get_args
-
 from pydantic import Field
 
 from probtrans.specs.base import PositiveInt, Seed, Spec, SpecFile
-from probtrans.specs.inference import RECOMMENDED_OOD_SCORE, Posthoc
-
-#: the predictive a method reads from its runs: the plain one or a post-hoc variant
-Variant = Literal[("plain", *get_args(Posthoc))]
+from probtrans.specs.inference import RECOMMENDED_OOD_SCORE
 
 
 class Method(Spec):
@@ -21,8 +16,9 @@ class Method(Spec):
     """Model spec; relative paths are tried from the working folder, then the project's."""
     inference: str
     """Inference spec; found as ``model`` is."""
-    variant: Variant = "plain"
-    """A post-hoc variant must be listed in the inference spec's ``[predictive] posthoc``."""
+    variant: str = "plain"
+    """The predictive the method reads from its runs: ``plain``, or a post-hoc variant listed in
+    the inference spec's ``[predictive] posthoc``."""
     ensemble: bool = False
     """All seeds' runs as one predictive (a deep ensemble)."""
     temperature: bool = False

@@ -3,16 +3,19 @@ training, posterior predictive."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from probtrans.registry import Registry
 from probtrans.specs.base import NonNegative, NonNegativeInt, Positive, PositiveInt, Spec, SpecFile
 
-#: post-hoc predictives from the trained weights (:mod:`probtrans.inference.posthoc`): MC
-#: dropout (dropout kept on), the last-layer Laplace approximation, and (for a backbone)
-#: stochastic attention over the trained logits
-Posthoc = Literal["mc_dropout", "laplace", "stochastic_attention"]
+#: the post-hoc predictives from the trained weights by name
+#: (:class:`probtrans.inference.posthoc.PosthocPredictive` classes): MC dropout (dropout kept
+#: on), the last-layer Laplace approximation, and (for a backbone) stochastic attention over
+#: the trained logits. They register in :mod:`probtrans.inference.posthoc`, imported when the
+#: registry is first read; a spec names them in ``[predictive] posthoc``.
+POSTHOC: Registry[Any] = Registry("post-hoc predictive", ("probtrans.inference.posthoc",))
 
 
 class GuideSpec(Spec):
@@ -134,8 +137,9 @@ class PredictiveSpec(Spec):
     cases, none in the third (``metrics.json``'s ``loo_note`` says so); 0: none. Without them
     ``predictive.nc`` has no pointwise likelihoods and ``metrics.json`` no LOO (the held-out
     ELPD stays)."""
-    posthoc: list[Posthoc] = []
-    """Predictives from the same trained weights besides the plain one."""
+    posthoc: list[str] = []
+    """Predictives from the same trained weights besides the plain one, names of
+    ``probtrans.specs.inference.POSTHOC``: mc_dropout, laplace, stochastic_attention."""
     stochastic_layers: list[int] | Literal["all"] = [-1]
     """``stochastic_attention`` (a ``model.backbone`` run): the blocks whose attention weights
     are sampled, indices as ``model.swap.layers``."""
