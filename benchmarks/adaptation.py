@@ -1,4 +1,4 @@
-"""Test-time adaptation under shift on digits-C (:mod:`probtrans.test_time`).
+"""Test-time adaptation under shift on digits-C (:mod:`probtrans.tta`).
 
 Fits (or loads, ``--run DIR`` and ``--h-sto-run DIR``) the digits model with Gaussian-mixture
 attention (``models/digits/gaussian_mixture.toml``) and the default H-STO digits model
@@ -11,8 +11,8 @@ corrupted as ``digits-c:NAME:SEVERITY`` corrupts it), with
   over the LayerNorm parameters) on the Gaussian-mixture model;
 - no adaptation and ``tent`` on the H-STO model,
 
-each with the defaults of :class:`~probtrans.test_time.EmOptions` and
-:class:`~probtrans.test_time.TentOptions` (``precision=True`` aside), in batches of the runs'
+each with the defaults of :class:`~probtrans.tta.EmOptions` and
+:class:`~probtrans.tta.TentOptions` (``precision=True`` aside), in batches of the runs'
 ``[predictive] batch_size`` examples. Prints the machine and commit, accuracy / NLL / ECE per
 set and method, and their means over the corruptions per severity; writes the figure ``--plot``
 (accuracy, NLL and ECE against severity, one line per method, and each adaptation's change in
@@ -22,7 +22,7 @@ accuracy against no adaptation of the same model).
 corruptions (never the test split) and prints every setting: the chosen one has the highest
 validation accuracy averaged over severities 3–5 and the corruptions, among the settings that
 lose at most 0.5 points of clean validation accuracy against no adaptation. The defaults of
-``probtrans.test_time`` come from this search::
+``probtrans.tta`` come from this search::
 
     python benchmarks/adaptation.py [--run DIR] [--h-sto-run DIR] [--out runs/adaptation]
         [--plot benchmarks/adaptation.png] [--tune]
@@ -51,14 +51,14 @@ from probtrans.data.corruptions import CORRUPTIONS, SEVERITIES, corrupt
 from probtrans.inference.predictive import sample_predictive
 from probtrans.io import save_png
 from probtrans.runs import Run
-from probtrans.test_time import EmOptions, Options, TentOptions, adapted_predictive
+from probtrans.tta import AdaptationOptions, EmOptions, TentOptions, adapted_predictive
 
 ROOT = Path(__file__).resolve().parents[1]
 GAUSSIAN_MIXTURE = "models/digits/gaussian_mixture.toml"
 H_STO = "models/digits/h_sto.toml"
 INFERENCE = "inference/map.toml"
 #: method label → (model, adaptation: the defaults, and em with its precision step on)
-METHODS: dict[str, tuple[str, Options | None]] = {
+METHODS: dict[str, tuple[str, AdaptationOptions | None]] = {
     "GM": ("gm", None),
     "GM + em": ("gm", EmOptions()),
     "GM + em (keys, α)": ("gm", EmOptions(precision=True)),
@@ -129,7 +129,9 @@ def shifted(split: DataSplit, seed: int) -> dict[str, DataSplit]:
     return sets
 
 
-def predictive(run: Run, split: DataSplit, adapt: Options | None, batch: int) -> np.ndarray:
+def predictive(
+    run: Run, split: DataSplit, adapt: AdaptationOptions | None, batch: int
+) -> np.ndarray:
     """The (adapted) posterior predictive (S, N, C) of ``split``, seeded as ``Run.predict``."""
     samples = run.predictive_samples()
     draws = run.posterior_samples(samples, seed=0)
@@ -233,7 +235,7 @@ def tune(runs: dict[str, Run], batch: int | None) -> None:
     seed = runs["gm"].model_spec.data.split_seed
     val = shifted(runs["gm"].data.val, seed)
 
-    def curve(run: Run, options: Options | None) -> list[float]:
+    def curve(run: Run, options: AdaptationOptions | None) -> list[float]:
         size = batch or run.inference_spec.predictive.batch_size
         results = {k: scores(predictive(run, s, options, size), s.labels) for k, s in val.items()}
         return by_severity(results, "accuracy")

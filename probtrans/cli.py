@@ -396,10 +396,10 @@ def parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument(
         "--adapt",
-        choices=("em", "tent"),
+        metavar="METHOD",
         help="adapt the model to each test batch before predicting it: em (Gaussian-mixture "
-        "attention's keys by EM, Movellan & Gabbur Eq. 29) or tent (entropy minimisation over "
-        "the LayerNorms, Wang et al. 2021)",
+        "attention's keys by EM, Movellan & Gabbur Eq. 29), tent (entropy minimisation over "
+        "the LayerNorms, Wang et al. 2021), or another registered method",
     )
     evaluate.add_argument(
         "--adapt-online",

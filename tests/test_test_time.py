@@ -1,4 +1,4 @@
-"""Test-time adaptation (:mod:`probtrans.test_time`): EM raises the mixture's objective of the
+"""Test-time adaptation (:mod:`probtrans.tta`): EM raises the mixture's objective of the
 batch it adapts to, Tent lowers the entropy of the batch it adapts on, nothing leaks from one
 batch to the next (unless online) or out of the adaptation, and EM refuses a model without
 Gaussian-mixture attention."""
@@ -10,7 +10,7 @@ import pyro
 import pytest
 import torch
 
-from probtrans import test_time as tt
+from probtrans import tta as tt
 from probtrans.adaptation import key_objective
 from probtrans.data import DataSplit
 from probtrans.errors import ProbtransError
@@ -51,7 +51,7 @@ def test_em_raises_the_mixture_objective_of_the_batch(digits, options):
     inputs = rows(digits, 0, 32).inputs
     seen = []
     with tt.test_time_adaptation(classifier, options) as adaptation:
-        for layer in adaptation.layers:
+        for layer in adaptation.method.layers:
 
             def recording(q, mix, update=layer.adaptation):
                 adapted = update(q, mix)
@@ -60,7 +60,7 @@ def test_em_raises_the_mixture_objective_of_the_batch(digits, options):
 
             layer.adaptation = recording
         classifier(inputs)
-    assert len(seen) == 1 and all(layer.adaptation is None for layer in adaptation.layers)
+    assert len(seen) == 1 and all(layer.adaptation is None for layer in adaptation.method.layers)
     for q, trained, adapted in seen:
         before = key_objective(q, trained, trained.keys, options.theta_xi)
         after = key_objective(q, adapted, trained.keys, options.theta_xi)
@@ -160,10 +160,10 @@ def test_em_on_a_softmax_model_is_refused_with_one_line(digits):
 @pytest.mark.parametrize(
     ("adapt", "options", "words"),
     [
-        ("sgd", {}, "unknown; one of em, tent"),
-        ("em", {"online": True}, "for 'tent' only"),
-        ("tent", {"steps": 0}, "steps = 0"),
-        ("em", {"theta": 1.0}, "unknown option 'theta'"),
+        ("sgd", {}, r"test-time adaptation = 'sgd': unknown test-time adaptation \(known: em, "),
+        ("em", {"online": True}, "for 'tent' only: 'em' keeps no adapted state"),
+        ("tent", {"steps": 0}, "tent: steps = 0"),
+        ("em", {"theta": 1.0}, "em: unknown key 'theta'"),
     ],
 )
 def test_bad_adaptation_options_are_refused(adapt, options, words):

@@ -9,7 +9,6 @@ log-likelihood (:class:`Likelihoods`).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import shutil
 import sys
@@ -75,7 +74,7 @@ from probtrans.specs.inference import AUTOMATIC_LOO_SAMPLES, PredictiveSpec
 from probtrans.specs.model import OodSetSpec
 from probtrans.stopwatch import Stopwatch
 from probtrans.summary import CONSTANT_NOTE, constant_note, ood_sets, summarise
-from probtrans.test_time import Adaptation, Options, adaptation_options, adapted_predictive
+from probtrans.tta import Adaptation, AdaptationOptions, adaptation_options, adapted_predictive
 
 Draws = dict[str, torch.Tensor]  # site → (S, ...)
 
@@ -93,7 +92,7 @@ def split_predictives(
     device: str = "cpu",
     seed: int = 0,
     progress: bool = False,
-    adapt: Options | None = None,
+    adapt: AdaptationOptions | None = None,
     train_features: TrainFeatures | None = None,
     stopwatch: Stopwatch | None = None,
 ) -> tuple[Probs, Energy, dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
@@ -103,7 +102,7 @@ def split_predictives(
     sites: S draws of its local randomness, S equal ones without any); the local randomness
     (attention, dropout) is seeded with ``seed`` first, so it is the same whether the draws come
     from the guide or the checkpoint. ``adapt``: each batch predicted after a test-time
-    adaptation to it (:mod:`probtrans.test_time`). ``train_features`` and ``stopwatch``: as
+    adaptation to it (:mod:`probtrans.tta`). ``train_features`` and ``stopwatch``: as
     :func:`~probtrans.inference.posthoc.posterior_predictives` takes them."""
     pyro.set_rng_seed(seed)
     spec = run.inference_spec.predictive
@@ -286,9 +285,9 @@ def split_feature_scores(
     }
 
 
-def adapted(options: Options) -> Callable[..., dict[str, np.ndarray]]:
+def adapted(options: AdaptationOptions) -> Callable[..., dict[str, np.ndarray]]:
     """:func:`~probtrans.inference.predictive.sample_predictive`'s stand-in that adapts the model
-    to each batch first (:func:`probtrans.test_time.adapted_predictive`)."""
+    to each batch first (:func:`probtrans.tta.adapted_predictive`)."""
 
     def predictive(classifier: Any, guide: Any, split: DataSplit, *args: Any, **kwargs: Any):
         return adapted_predictive(classifier, guide, split, options, *args, **kwargs)
@@ -308,7 +307,7 @@ def evaluate(
     device: str = "cpu",
     seed: int = 0,
     progress: bool = False,
-    adapt: Options | None = None,
+    adapt: AdaptationOptions | None = None,
     stopwatch: Stopwatch | None = None,
 ) -> dict[str, Any]:
     """Posterior predictive on the validation and in-domain test splits and every out-of-domain
@@ -317,7 +316,7 @@ def evaluate(
     (:func:`probtrans.summary.summarise`; post-hoc variants prefixed ``{variant}.``; PSIS-LOO of
     the plain predictive: :meth:`Likelihoods.metrics`). An unreliable LOO is warned about.
     ``adapt``: the predictive of every split adapts to each test batch first
-    (:mod:`probtrans.test_time`; ``metrics["adaptation"]`` names it); the training split's
+    (:mod:`probtrans.tta`; ``metrics["adaptation"]`` names it); the training split's
     features and likelihoods are not adapted. Seeded by ``seed``; the caller's random state is
     restored on return (:func:`~probtrans.contract.caller_random_state`). ``stopwatch`` gets
     the seconds of each part (the predictive and each variant, the training features, the
@@ -349,7 +348,7 @@ def evaluate(
                 scores[CONSTANT_NOTE if variant == "plain" else f"{variant}.{CONSTANT_NOTE}"] = note
     scores["posterior_samples"] = samples
     scores["ood_score"] = run.inference_spec.predictive.ood_score  # the one shown first
-    scores["adaptation"] = None if adapt is None else dataclasses.asdict(adapt)
+    scores["adaptation"] = None if adapt is None else adapt.model_dump()
     with stopwatch.part("files"):
         write_probs(run.path / "probs.npz", probs, labels, energy, feature)
     with stopwatch.part("likelihoods"):
@@ -403,7 +402,7 @@ def evaluate_run(
     seed: int = 0,
     progress: bool = False,
     ood: list[OodSetSpec] = (),
-    adapt: str | Options | None = None,
+    adapt: str | AdaptationOptions | None = None,
     adapt_online: bool = False,
 ) -> dict[str, Any]:
     """Reload a run folder, re-evaluate it and rewrite its metrics, predictive and report; the

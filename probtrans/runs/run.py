@@ -50,7 +50,7 @@ from probtrans.runs.kept import (
 from probtrans.runs.network import TrainedNetwork, new_inputs
 from probtrans.specs import InferenceSpec, ModelSpec
 from probtrans.specs.base import check_count, check_seed
-from probtrans.test_time import Options, adaptation_options, adapted_predictive
+from probtrans.tta import AdaptationOptions, adaptation_options, adapted_predictive
 
 #: the devices a run is fitted, evaluated or asked on
 DEVICES = ("cpu", "cuda")
@@ -158,7 +158,7 @@ class Run(TemporaryFolder):
         seed: int = 0,
         progress: bool = False,
         labels: np.ndarray | None = None,
-        adapt: str | Options | None = None,
+        adapt: str | AdaptationOptions | None = None,
         adapt_online: bool = False,
     ) -> dict[str, np.ndarray]:
         """The posterior predictive on new ``inputs``: texts (a list of strings, tokenised as in
@@ -170,7 +170,7 @@ class Run(TemporaryFolder):
         percentiles, and, given ``labels`` (N,) (classes, −1 for none), the label's class name;
         the same numbers as ``probtrans predict``. ``adapt`` (``"em"``, ``"tent"`` or their
         options; ``adapt_online``: Tent's state carried between batches) adapts the model to
-        each batch of ``inputs`` before predicting it (:mod:`probtrans.test_time`); the
+        each batch of ``inputs`` before predicting it (:mod:`probtrans.tta`); the
         percentiles stay those of the run's unadapted validation predictive. Seeded by
         ``seed``; the caller's random state is restored on return
         (:func:`~probtrans.contract.caller_random_state`). :meth:`predict_chunks` gives the
@@ -186,7 +186,7 @@ class Run(TemporaryFolder):
         seed: int = 0,
         progress: bool = False,
         labels: np.ndarray | None = None,
-        adapt: str | Options | None = None,
+        adapt: str | AdaptationOptions | None = None,
         adapt_online: bool = False,
     ) -> Iterator[dict[str, np.ndarray]]:
         """:meth:`predict` a chunk of :data:`PREDICT_CHUNK_ROWS` inputs at a time: the columns
@@ -203,7 +203,7 @@ class Run(TemporaryFolder):
         samples = self.predictive_samples(samples)
         seed = check_seed(seed, f"seed = {seed!r}")
         options = None if adapt is None else adaptation_options(adapt, adapt_online)
-        online = options is not None and options.online  # Tent's state runs through the inputs
+        online = getattr(options, "online", False) is True  # Tent's state runs through the inputs
         if isinstance(inputs, Iterator) and (labels is not None or online):
             raise ValueError(
                 "inputs given as an iterator of chunks take neither labels nor adapt_online: "
