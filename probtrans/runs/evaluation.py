@@ -216,6 +216,7 @@ def fit_run_feature_scores(
     seed: int = 0,
     progress: bool = False,
     train_features: TrainFeatures | None = None,
+    folder: Path | None = None,
 ) -> FittedScores | None:
     """The feature-space scores of the run (``[predictive] feature_scores``), fitted on the
     training split's pooled features averaged over the posterior ``draws``
@@ -224,9 +225,11 @@ def fit_run_feature_scores(
     if none, with a note). What a score says of some classes (one that falls back to the shared
     covariance, or has no training example) is a note.
     ``train_features``: what gives every draw's features (N, D), where one pass does
-    (:func:`shared_training_features`)."""
+    (:func:`shared_training_features`). ``folder``: where the file is read and written (default
+    ``run.path``)."""
     spec = run.inference_spec.predictive
-    path = run.path / FEATURE_FILE
+    folder = run.path if folder is None else folder
+    path = folder / FEATURE_FILE
     if not spec.feature_scores:
         return None
     if len(run.data.train) == 0:
@@ -238,7 +241,7 @@ def fit_run_feature_scores(
             file=sys.stderr,
         )
         return None
-    if not path.is_file() and (run.path / "metrics.json").is_file():
+    if not path.is_file() and (folder / "metrics.json").is_file():
         print(f"note: {run.path}: fitting its feature scores ({FEATURE_FILE})", file=sys.stderr)
     samples = min((len(value) for value in draws.values()), default=1)
     if train_features is not None:  # the mean of S equal draws: the first
@@ -309,10 +312,12 @@ def evaluate(
     progress: bool = False,
     adapt: AdaptationOptions | None = None,
     stopwatch: Stopwatch | None = None,
+    folder: Path | None = None,
 ) -> dict[str, Any]:
     """Posterior predictive on the validation and in-domain test splits and every out-of-domain
     set; writes ``predictive.nc`` (:func:`probtrans.inference.predictive.inference_data`),
-    ``probs.npz`` and ``report.png`` into the run folder and returns the metrics
+    ``probs.npz``, ``feature_scores.npz`` and ``report.png`` into ``folder`` (a staging folder
+    that becomes ``run.path``; default ``run.path``) and returns the metrics
     (:func:`probtrans.summary.summarise`; post-hoc variants prefixed ``{variant}.``; PSIS-LOO of
     the plain predictive: :meth:`Likelihoods.metrics`). An unreliable LOO is warned about.
     ``adapt``: the predictive of every split adapts to each test batch first
@@ -322,6 +327,7 @@ def evaluate(
     the seconds of each part (the predictive and each variant, the training features, the
     feature scores, the likelihoods and LOO, the metrics and the files)."""
     stopwatch = stopwatch or Stopwatch()
+    folder = run.path if folder is None else folder
     samples = run.predictive_samples(samples)
     wanted = max(samples, min(loo_draws(run.inference_spec.predictive), run.kept_draws()))
     with stopwatch.part("posterior_draws"):
@@ -333,7 +339,7 @@ def evaluate(
         run, first, samples, device, seed, progress, adapt, train_features, stopwatch
     )
     with stopwatch.part("feature_scores"):
-        fitted = fit_run_feature_scores(run, first, device, seed, progress, train_features)
+        fitted = fit_run_feature_scores(run, first, device, seed, progress, train_features, folder)
     feature = split_feature_scores(fitted, features)
     with stopwatch.part("metrics"):
         labels = split_labels(run.data)
@@ -350,7 +356,7 @@ def evaluate(
     scores["ood_score"] = run.inference_spec.predictive.ood_score  # the one shown first
     scores["adaptation"] = None if adapt is None else adapt.model_dump()
     with stopwatch.part("files"):
-        write_probs(run.path / "probs.npz", probs, labels, energy, feature)
+        write_probs(folder / "probs.npz", probs, labels, energy, feature)
     with stopwatch.part("likelihoods"):
         pointwise = likelihoods(run, draws, samples, device, seed, progress)
     scores.update(pointwise.metrics())
@@ -370,9 +376,9 @@ def evaluate(
             test_probs=pointwise.test_probs,
             seed=seed,
         )
-        write_bytes(run.path / "predictive.nc", netcdf_bytes(idata))
+        write_bytes(folder / "predictive.nc", netcdf_bytes(idata))
         figures.save_run_figure(
-            run.path / "report.png",
+            folder / "report.png",
             probs["plain"]["test"],
             labels["test"],
             ood_sets(probs["plain"]),
@@ -383,7 +389,7 @@ def evaluate(
                 samples,
                 figures.draws_in_words(weights_vary, bool(attention_sites(run.classifier))),
             ),
-            history=figures.read_history(run.path / "history.json"),
+            history=figures.read_history(folder / "history.json"),
             given=given_scores(energy["plain"], feature),
             ood_score=run.inference_spec.predictive.ood_score,
             weights_vary=weights_vary,
@@ -430,9 +436,8 @@ def evaluate_run(
     timing = read_timing(run.path)
     if "train_seconds" in previous:  # a run written before timing.json: keep its training time
         timing.setdefault("train_seconds", previous["train_seconds"])
-    folder = run.path
-    with folder_lock(folder, "probtrans evaluate"):
-        run.path = staged_copy(folder)
+    with folder_lock(run.path, "probtrans evaluate"):
+        staging = staged_copy(run.path)
         try:
             started = time.perf_counter()
             stopwatch = Stopwatch()
@@ -444,26 +449,25 @@ def evaluate_run(
                 progress=progress,
                 adapt=options,
                 stopwatch=stopwatch,
+                folder=staging,
             )
             scores.update({key: previous[key] for key in ELBO_KEYS if key in previous})  # fit's
             scores.update(RunInfo.read(previous))
-            if ood or saved_with(run.path) != checkpoint_fingerprint(run.path):
+            if ood or saved_with(staging) != checkpoint_fingerprint(staging):
                 # none saved, saved with another checkpoint, or before checkpoints were named
-                save_run_data(run.path, run.data, run.inference_spec.predictive)
+                save_run_data(staging, run.data, run.inference_spec.predictive)
             timing["evaluate_seconds"] = time.perf_counter() - started
             timing["evaluate_parts"] = stopwatch.seconds
-            write_json(run.path / "timing.json", timing)
-            write_json(run.path / "metrics.json", scores)
-            replace_folder(run.path, folder)
+            write_json(staging / "timing.json", timing)
+            write_json(staging / "metrics.json", scores)
+            replace_folder(staging, run.path)
         except ProbtransError as err:  # a file named in the run folder, not in its copy
-            shutil.rmtree(run.path, ignore_errors=True)
-            err.args = (str(err).replace(str(run.path), str(folder)),)
-            err.add_note(f"{folder} is as it was")
+            shutil.rmtree(staging, ignore_errors=True)
+            err.args = (str(err).replace(str(staging), str(run.path)),)
+            err.add_note(f"{run.path} is as it was")
             raise
         except BaseException as err:
-            shutil.rmtree(run.path, ignore_errors=True)
-            err.add_note(f"{folder} is as it was")
+            shutil.rmtree(staging, ignore_errors=True)
+            err.add_note(f"{run.path} is as it was")
             raise
-        finally:
-            run.path = folder
     return scores

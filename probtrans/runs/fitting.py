@@ -253,10 +253,9 @@ def fit(
             )
             run.guide = result.guide
         else:
-            run.path = staging
             try:
                 train_and_evaluate(
-                    run, resumable, {**texts, **origin}, seed, device, progress, guide
+                    run, resumable, {**texts, **origin}, seed, device, progress, guide, staging
                 )
             except TrainingDiverged as err:
                 raise ProbtransError(f"{err}; {keep_or_remove_staging(staging)}") from None
@@ -264,7 +263,6 @@ def fit(
                 err.add_note(keep_or_remove_staging(staging))
                 raise
             replace_folder(staging, out_dir)
-            run.path = out_dir
     processes.share(lambda: None)  # every process returns once the folder is written
     if temporary and not processes.distributed:  # several processes: the folder is left
         run.own_temporary_folder()
@@ -292,12 +290,13 @@ def train_and_evaluate(
     seed: int,
     device: str,
     progress: bool,
-    guide: GuideChoice | None = None,
+    guide: GuideChoice | None,
+    folder: Path,
 ) -> None:
     """Fit ``run``'s classifier, then evaluate it; writes every file of the run into
-    ``run.path``. ``texts``: what the checkpoint keeps besides the weights (the spec texts, and
-    where a guide or the data were given in Python)."""
-
+    ``folder`` (the staging folder that becomes ``run.path``). ``texts``: what the checkpoint
+    keeps besides the weights (the spec texts, and where a guide or the data were given in
+    Python)."""
     options = run.classifier.attention_options()
     resolved = {"attention_options": json.dumps(options)} if options else {}
 
@@ -311,7 +310,7 @@ def train_and_evaluate(
             pyro.util.set_rng_state(rng)
             posterior = {"posterior_draws": {name: v.cpu() for name, v in draws.items()}}
         save_checkpoint(
-            run.path / "checkpoint.pt",
+            folder / "checkpoint.pt",
             {
                 "model_state": best.model_state,
                 **resolved,
@@ -332,27 +331,29 @@ def train_and_evaluate(
         resumable=resumable,
         progress=progress,
         guide=guide,
-        log_dir=run.path,
+        log_dir=folder,
     )
     run.guide = result.guide
     checkpoint(result.best, result.guide)  # the guide as returned (e.g. its Laplace approximation)
-    write_json(run.path / "history.json", result.history)
-    save_run_data(run.path, run.data, run.inference_spec.predictive)
+    write_json(folder / "history.json", result.history)
+    save_run_data(folder, run.data, run.inference_spec.predictive)
     backbone = run.model_spec.network.backbone
     if backbone is not None:
-        keep_backbone(backbone_folder(backbone, spec_folder(run.model_spec)), run.path)
+        keep_backbone(backbone_folder(backbone, spec_folder(run.model_spec)), folder)
     started = time.perf_counter()
     stopwatch = Stopwatch()
-    scores = evaluate(run, device=device, seed=seed, progress=progress, stopwatch=stopwatch)
+    scores = evaluate(
+        run, device=device, seed=seed, progress=progress, stopwatch=stopwatch, folder=folder
+    )
     info = RunInfo(seed, run.inference_spec.train.epochs, result.best.epoch)
     scores.update({**result.elbo_terms, **dataclasses.asdict(info)})  # training-set ELBO
-    write_json(run.path / "metrics.json", scores)
+    write_json(folder / "metrics.json", scores)
     timing = {
         "train_seconds": result.seconds,
         "evaluate_seconds": time.perf_counter() - started,
         "evaluate_parts": stopwatch.seconds,
         "epoch_seconds": result.epoch_seconds,
     }
-    write_json(run.path / "timing.json", timing)
+    write_json(folder / "timing.json", timing)
     resumable.path.unlink()
-    remove_temporary_files(run.path)
+    remove_temporary_files(folder)
