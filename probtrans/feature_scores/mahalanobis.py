@@ -104,11 +104,14 @@ class RelativeMahalanobis(Mahalanobis):
         return super().score(x) - background.numpy()
 
     def problems(self) -> list[str]:
-        shape = (self.means.shape[-1],)
-        wrong = self.background_mean.shape != shape
-        own = [f"background_mean of shape {self.background_mean.shape}, not {shape}"] * wrong
-        return (
-            gaussian_problems(self.means, background_cholesky=self.background_cholesky)
-            + own
-            + super().problems()
-        )
+        problems = super().problems()  # the class means and the shared covariance first
+        if problems:
+            return problems
+        shape = (self.dim,)
+        if self.background_mean.shape != shape:
+            problems.append(f"background_mean of shape {self.background_mean.shape}, not {shape}")
+        if self.background_cholesky.shape != shape * 2:
+            problems.append(
+                f"background_cholesky of shape {self.background_cholesky.shape}, not {shape * 2}"
+            )
+        return problems
