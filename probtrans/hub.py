@@ -33,8 +33,6 @@ PACKAGE = "package:"
 HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model"]
 #: the folder of a run that holds its backbone's config
 RUN_BACKBONE = "backbone"
-#: model types whose learned positions start after the padding id (RoBERTa's offset)
-POSITION_OFFSET_TYPES = ("roberta", "xlm-roberta", "camembert", "xlm-roberta-xl")
 
 
 def is_offline(*variables: str) -> bool:
@@ -202,17 +200,6 @@ def image_statistics(folder: Path) -> tuple[tuple[float, ...], tuple[float, ...]
     if mean is None or std is None or not getattr(processor, "do_normalize", True):
         return None
     return tuple(float(m) for m in mean), tuple(float(s) for s in std)
-
-
-def max_positions(config) -> int:  # config: PretrainedConfig
-    """The longest token sequence the backbone takes (its learned positions; RoBERTa's first
-    ``pad_token_id + 1`` are not for tokens)."""
-    positions = getattr(config, "max_position_embeddings", None)
-    if positions is None:
-        return 2**31
-    if config.model_type in POSITION_OFFSET_TYPES:
-        positions -= config.pad_token_id + 1
-    return int(positions)
 
 
 def keep_backbone(folder: Path, run_dir: Path) -> None:

@@ -30,6 +30,7 @@ from pyro.poutine.runtime import am_i_wrapped, get_plates
 from torch import Tensor, nn
 
 from probtrans.attention import MultiHeadAttention
+from probtrans.backbone.families import lora_targets, max_positions
 from probtrans.backbone.lora import FACTORS, add_lora
 from probtrans.backbone.replicas import once_below_randomness
 from probtrans.backbone.swap import sampled_blocks, start_from_pretrained, swap_blocks
@@ -37,7 +38,7 @@ from probtrans.contract import full_precision, local_params, outputs_recorded
 from probtrans.data import DataBundle
 from probtrans.encoder import Encoder
 from probtrans.errors import ConfigError, ProbtransError
-from probtrans.hub import backbone_folder, load_backbone, max_positions
+from probtrans.hub import backbone_folder, load_backbone
 from probtrans.pyro_internals import DeepPyroModule, pyro_sample_names
 from probtrans.resolve import spec_folder
 from probtrans.sngp import RandomFeatures, median_distance, spectral_normalise
@@ -322,7 +323,8 @@ class BackboneClassifier(PyroClassifier, DeepPyroModule):
     their pretrained projections (:func:`~probtrans.backbone.swap.swap_blocks`): their sites
     are named after the block, ``backbone.encoder.layer.1.attention.self.attn.a_v``.
     ``[model.prior] weights = "lora"`` freezes the backbone, adds low-rank adapters to the
-    linear maps of ``lora.targets`` (:mod:`probtrans.backbone.lora`) and puts Normal(0, scale²)
+    linear maps of ``lora.targets`` (unset: its family's query and value maps;
+    :mod:`probtrans.backbone.lora`) and puts Normal(0, scale²)
     priors on their factors (sites ``backbone.….query.lora_a``) and on the head; the swapped
     layers' own parameters (centroids, inducing locations, kernel) still train. Without it the
     whole backbone is fine-tuned (``last_layer``: with a prior on the head).
@@ -356,7 +358,8 @@ class BackboneClassifier(PyroClassifier, DeepPyroModule):
                     module.requires_grad_(True)
         if prior.weights == "lora":
             lora = prior.lora
-            adapters = add_lora(backbone, lora.targets, lora.r, lora.alpha)
+            targets = lora.targets or lora_targets(backbone)  # unset: query and value
+            adapters = add_lora(backbone, targets, lora.r, lora.alpha)
         feature_map, head = self.head_modules(net, backbone.config.hidden_size, n_classes)
         to_pyro_module_(feature_map)
         to_pyro_module_(head)

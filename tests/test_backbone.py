@@ -445,6 +445,46 @@ def test_all_linear_adapts_every_linear_map_of_any_family(backbones, family):
     assert all(isinstance(model.get_submodule(path), LoRALinear) for path in linear)
 
 
+#: family of the tests → (the family's name, its query and value maps, its heads' attribute)
+EXPECTED_FAMILIES = {
+    "bert": ("BERT", ["query", "value"], "num_attention_heads"),
+    "roberta": ("RoBERTa", ["query", "value"], "num_attention_heads"),
+    "distilbert": ("DistilBERT", ["q_lin", "v_lin"], "n_heads"),
+    "vit": ("ViT", ["q_proj", "v_proj"], "num_attention_heads"),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_family_is_one_entry_of_the_table_with_its_facts(backbones, family):
+    """The family table (:mod:`probtrans.backbone.families`) names each tiny model's family, its
+    heads, its positions (RoBERTa's start after the padding id) and the maps LoRA adapts when
+    ``lora.targets`` is unset, which are the model's own query and value maps; a model type the
+    table does not list is still known by its modules."""
+    from probtrans.backbone.families import attention_heads, family_of, lora_targets, max_positions
+    from probtrans.backbone.lora import add_lora
+
+    name, targets, heads = EXPECTED_FAMILIES[family]
+    model = pretrained(backbones[family])
+    assert family_of(model).name == name
+    assert attention_heads(model.config) == getattr(model.config, heads) == 4
+    assert lora_targets(model) == targets
+    adapted = sorted({path.rsplit(".", 1)[-1] for path in add_lora(model, targets, 2, 4.0)})
+    assert adapted == sorted(targets)
+    offset = model.config.pad_token_id + 1 if family == "roberta" else 0
+    expected = getattr(model.config, "max_position_embeddings", 2**31 + offset) - offset
+    assert max_positions(model.config) == expected
+    model.config.model_type = "unlisted"  # known by its projections alone
+    assert lora_targets(model) == targets
+    assert family_of(model).projections[::2] == tuple(targets)
+
+
+def test_a_backbone_of_no_known_family_with_lora_targets_unset_is_refused():
+    from probtrans.backbone.families import lora_targets
+
+    with pytest.raises(ConfigError, match="model.prior.lora.targets: unset, and Linear is of no"):
+        lora_targets(torch.nn.Linear(2, 2))
+
+
 @pytest.mark.parametrize("kind", ["h_sto", "sgpa"])
 def test_a_fitted_run_takes_the_backbone_defaults_of_the_options_its_spec_left_unset(
     tmp_path, backbones, kind

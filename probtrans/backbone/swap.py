@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from probtrans.attention import ATTENTION
+from probtrans.backbone.families import FAMILIES, attention_heads, projection_names
 from probtrans.encoder import make_attention
 from probtrans.errors import ConfigError, ProbtransError
 from probtrans.pyro_internals import DeepPyroModule, frozen_parameters_unwarned
@@ -43,14 +44,13 @@ from probtrans.transformers_internals import (
 
 #: the name of probtrans's attention function in Hugging Face's registry
 IMPLEMENTATION = "probtrans"
-#: (query, key, value) attribute names of the projections of known self-attention modules
-PROJECTION_NAMES = (
-    ("query", "key", "value"),  # BERT, RoBERTa, ELECTRA
-    ("q_lin", "k_lin", "v_lin"),  # DistilBERT
-    ("q_proj", "k_proj", "v_proj"),  # ViT and newer models
-)
 #: the attribute of a swapped self-attention module that holds its probtrans layer
 LAYER = "attn"
+
+
+def known_projections() -> list[str]:
+    """``query, key, value`` per family, for messages (each set once)."""
+    return list(dict.fromkeys(", ".join(f.projections) for f in FAMILIES.entries()))
 
 
 @dataclass(frozen=True)
@@ -71,12 +71,10 @@ def linear(module: object) -> nn.Linear | None:
 
 def key_map(module: nn.Module) -> nn.Module | None:
     """The key projection of a self-attention module: one with per-head query, key and value
-    projections of a known name (:data:`PROJECTION_NAMES`); None for any other module."""
-    for names in PROJECTION_NAMES:
-        maps = [getattr(module, name, None) for name in names]
-        if all(linear(m) is not None for m in maps):
-            return maps[1]
-    return None
+    projections of a family's names (:func:`~probtrans.backbone.families.projection_names`);
+    None for any other module."""
+    names = projection_names(module)
+    return None if names is None else getattr(module, names[1])
 
 
 def attention_blocks(model: nn.Module) -> list[Block]:
@@ -87,11 +85,6 @@ def attention_blocks(model: nn.Module) -> list[Block]:
         if keys is not None:
             blocks.append(Block(path, module, keys))
     return blocks
-
-
-def attention_heads(config: Any) -> int:
-    """The backbone's attention heads (``num_attention_heads``; DistilBERT's ``n_heads``)."""
-    return getattr(config, "num_attention_heads", None) or config.n_heads
 
 
 def key_padding(mask: Tensor | None) -> Tensor | None:
@@ -175,7 +168,7 @@ def swap_blocks(
     if config is None or not blocks:
         raise ConfigError(
             f"{field}: {type(model).__name__} has no self-attention blocks of a known shape "
-            f"(modules with linear maps {' / '.join(', '.join(n) for n in PROJECTION_NAMES)})"
+            f"(modules with linear maps {' / '.join(known_projections())})"
         )
     chosen = chosen_blocks(blocks, list(layers) if layers != "all" else "all", f"{field}.layers")
     kind = attention if isinstance(attention, str) else attention.kind

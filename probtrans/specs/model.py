@@ -132,12 +132,13 @@ class LoraSpec(Spec):
 
     r: PositiveInt = 8
     alpha: Positive = 16.0
-    targets: list[Annotated[str, Field(min_length=1)]] = Field(["query", "value"], min_length=1)
+    targets: list[Annotated[str, Field(min_length=1)]] | None = Field(None, min_length=1)
     """The backbone's linear maps to adapt: those whose module name (the last part of its
     path) is one of these, e.g. ``query`` and ``value`` in BERT, ``q_lin`` and ``v_lin`` in
     DistilBERT, or whose whole path ends with one; ``"all-linear"``: every linear map (in any
     family; on all-MiniLM-L6-v2 and CoLA, 3 epochs, it reached plain fine-tuning's MCC where
-    query and value alone stayed 20 points below)."""
+    query and value alone stayed 20 points below). Unset: the query and value maps of the
+    backbone's family (``probtrans.backbone.families``)."""
 
 
 class PriorSpec(Spec):

@@ -1,0 +1,120 @@
+"""The backbone families: what probtrans needs to know of each kind of Hugging Face encoder, one
+:class:`Family` per entry of :data:`FAMILIES`, so that a family written as these are is one
+:func:`register_family` call.
+
+A family's self-attention modules project the tokens to queries, keys and values with three
+linear maps of its own names (:attr:`Family.projections`) and call the attention function
+their config names in Hugging Face's registry (:mod:`probtrans.backbone.swap`). Its config
+gives the number of heads under :attr:`Family.heads`; its learned positions may start after
+the padding id (RoBERTa's ``padding_idx + 1``: :attr:`Family.position_offset`); LoRA adapts its
+query and value maps unless ``lora.targets`` names others (Hu et al. 2022, Sec. 7.1). A model is
+of the family that lists its config's ``model_type``; a model type no family lists is of the
+first family whose projections its modules have.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from probtrans.errors import ConfigError
+from probtrans.registry import Registry
+
+
+@dataclass(frozen=True)
+class Family:
+    """One family of encoders: ``name`` (in messages), the config ``model_types`` it covers,
+    the attribute names of its self-attention modules' (query, key, value) ``projections``,
+    the config attribute of its attention ``heads``, and whether its learned positions start
+    after ``pad_token_id + 1`` (``position_offset``)."""
+
+    name: str
+    model_types: tuple[str, ...]
+    projections: tuple[str, str, str] = ("query", "key", "value")
+    heads: str = "num_attention_heads"
+    position_offset: bool = False
+
+    @property
+    def lora_targets(self) -> list[str]:
+        """The maps LoRA adapts by default: the query and value projections."""
+        return [self.projections[0], self.projections[2]]
+
+
+#: the backbone families by name, in the order a model type none lists is matched
+FAMILIES: Registry[Family] = Registry("backbone family")
+
+
+def register_family(family: Family) -> Family:
+    """Add ``family`` to :data:`FAMILIES` (a plugin's one call)."""
+    return FAMILIES.register(family.name, family)
+
+
+register_family(Family("BERT", ("bert", "electra", "ernie", "megatron-bert")))
+register_family(
+    Family(
+        "RoBERTa", ("roberta", "xlm-roberta", "camembert", "xlm-roberta-xl"), position_offset=True
+    )
+)
+register_family(Family("DistilBERT", ("distilbert",), ("q_lin", "k_lin", "v_lin"), "n_heads"))
+register_family(Family("ViT", ("vit",), ("q_proj", "k_proj", "v_proj")))  # transformers 5
+
+
+def family_of_config(config: Any) -> Family | None:
+    """The family listing ``config.model_type``; None for a model type none lists."""
+    model_type = getattr(config, "model_type", None)
+    return next((f for f in FAMILIES.entries() if model_type in f.model_types), None)
+
+
+def projection_names(module: nn.Module) -> tuple[str, str, str] | None:
+    """The (query, key, value) names of a self-attention module: those of the first family
+    whose three projections ``module`` has as linear maps (or adapters of them); None for any
+    other module."""
+    for family in FAMILIES.entries():
+        maps = [getattr(module, name, None) for name in family.projections]
+        if all(isinstance(getattr(m, "base", m), nn.Linear) for m in maps):
+            return family.projections
+    return None
+
+
+def family_of(model: nn.Module) -> Family | None:
+    """The family of a Hugging Face ``model``: the one listing its model type, else the first
+    whose projections its modules have; None for neither."""
+    listed = family_of_config(getattr(model, "config", None))
+    if listed is not None:
+        return listed
+    found = {projection_names(module) for module in model.modules()} - {None}
+    return next((f for f in FAMILIES.entries() if f.projections in found), None)
+
+
+def lora_targets(model: nn.Module, field: str = "model.prior.lora.targets") -> list[str]:
+    """The maps LoRA adapts in ``model`` when ``lora.targets`` is unset: its family's query and
+    value projections; a model of no known family raises ConfigError naming ``field``."""
+    family = family_of(model)
+    if family is None:
+        raise ConfigError(
+            f"{field}: unset, and {type(model).__name__} is of no known backbone family "
+            f"({', '.join(FAMILIES.names())}): name the linear maps to adapt"
+        )
+    return family.lora_targets
+
+
+def attention_heads(config: Any) -> int:
+    """The backbone's attention heads: its family's config attribute (``num_attention_heads``;
+    DistilBERT's ``n_heads``), else the first of the families' attributes the config has."""
+    family = family_of_config(config)
+    names = [family.heads] if family else [f.heads for f in FAMILIES.entries()]
+    return next(getattr(config, name) for name in names if getattr(config, name, None))
+
+
+def max_positions(config: Any) -> int:
+    """The longest token sequence the backbone takes: its learned positions, less RoBERTa's
+    first ``pad_token_id + 1``, which are not for tokens (unbounded without learned ones)."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions is None:
+        return 2**31
+    family = family_of_config(config)
+    if family is not None and family.position_offset:
+        positions -= config.pad_token_id + 1
+    return int(positions)
