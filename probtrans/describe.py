@@ -19,10 +19,10 @@ from probtrans.specs import ModelSpec
 def site_table(spec: ModelSpec, batch_size: int = 2) -> list[dict[str, str]]:
     """Trace the model of ``spec`` on ``batch_size`` training examples and list its sample sites:
     name, distribution class (unwrapping ``Independent``), batch shape, event shape, role."""
-    spec = with_local_backbone(spec)
+    spec, backbone = with_local_backbone(spec)
     with in_file(spec.file):  # a data loader's or the embedding's ``data.patch_size = 3: ...``
-        data = as_backbone_reads(spec, load_data(spec.data, spec_folder(spec)))
-        classifier = build_classifier(spec, data)
+        data = as_backbone_reads(load_data(spec.data, spec_folder(spec)), backbone)
+        classifier = build_classifier(spec, data, backbone)
     _, inputs, mask, labels = next(data.train.batches(batch_size))
     pyro.set_rng_seed(0)
     with torch.no_grad():

@@ -14,9 +14,12 @@ needs a network or a local folder. A run keeps what it needs to be rebuilt with 
 
 from __future__ import annotations
 
+import copy
 import importlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer
 from torch import nn
@@ -125,15 +128,36 @@ def load_config(folder: Path, field: str = "model.backbone"):  # -> PretrainedCo
         raise ConfigError(f"{field}: {folder}: not a model config ({_first_line(err)})") from None
 
 
-def load_backbone(folder: Path, pretrained: bool, field: str = "model.backbone") -> nn.Module:
-    """The backbone of ``folder`` without a task head (``AutoModel``): its pretrained weights, or
-    (``pretrained=False``, for a run whose checkpoint holds every weight) only its shape."""
+@dataclass(frozen=True)
+class Backbone:
+    """A ``model.backbone`` resolved once (:func:`resolve_backbone`, :func:`kept_backbone`) and
+    carried through a fit, ``describe`` and ``Run.load``: the reference as the spec gives it,
+    its local ``save_pretrained`` folder and its ``transformers`` config, read once; whether
+    its pretrained weights are loaded (not for the folder a run keeps, whose checkpoint holds
+    every weight)."""
+
+    ref: str
+    folder: Path
+    config: Any  # transformers.PretrainedConfig
+    pretrained: bool = True
+
+
+def resolve_backbone(ref: str, base: Path | None, field: str = "model.backbone") -> Backbone:
+    """The backbone ``ref`` (:func:`backbone_folder`) with its config."""
+    folder = backbone_folder(ref, base, field)
+    return Backbone(ref, folder, load_config(folder, f"{field} = {ref!r}"))
+
+
+def load_backbone(backbone: Backbone, field: str = "model.backbone") -> nn.Module:
+    """The ``backbone`` without a task head (``AutoModel``): its pretrained weights, or (a run's
+    kept folder) only its shape. The model gets a copy of the config (what it changes in its
+    config, e.g. its attention function once swapped, stays its own)."""
     from transformers import AutoModel
 
-    config = load_config(folder, field)
+    folder, config = backbone.folder, copy.deepcopy(backbone.config)
     try:
         with progress_bars_off():
-            if pretrained:
+            if backbone.pretrained:
                 return AutoModel.from_pretrained(folder, config=config)
             return AutoModel.from_config(config)
     except (OSError, ValueError, KeyError) as err:
@@ -161,10 +185,9 @@ def damaged_backbone(folder: Path, err: Exception, field: str) -> ConfigError:
     )
 
 
-def check_reads_texts(folder: Path, label: str) -> None:
+def check_reads_texts(config: Any, label: str) -> None:
     """Refuse texts for an image model (a config with an image size and no vocabulary), before
     its tokenizer, which it does not have, is looked for."""
-    config = load_config(folder, label)
     if getattr(config, "vocab_size", None) is None and hasattr(config, "image_size"):
         raise ConfigError(f"{label}: an image model; the data are texts")
 
@@ -202,19 +225,18 @@ def image_statistics(folder: Path) -> tuple[tuple[float, ...], tuple[float, ...]
     return tuple(float(m) for m in mean), tuple(float(s) for s in std)
 
 
-def keep_backbone(folder: Path, run_dir: Path) -> None:
+def keep_backbone(backbone: Backbone, run_dir: Path) -> None:
     """Write the backbone's config into ``RUN/backbone/`` (its weights are in the checkpoint,
     its tokenizer in the run's ``tokenizer.json``)."""
-    config = load_config(folder)
-    write_text(run_dir / RUN_BACKBONE / "config.json", config.to_json_string())
+    write_text(run_dir / RUN_BACKBONE / "config.json", backbone.config.to_json_string())
 
 
-def run_backbone(run_dir: Path) -> Path:
-    """The backbone folder a run keeps (:func:`keep_backbone`)."""
+def kept_backbone(run_dir: Path) -> Backbone:
+    """The backbone a run keeps (:func:`keep_backbone`): its config, no pretrained weights."""
     folder = run_dir / RUN_BACKBONE
     if not (folder / "config.json").is_file():
         raise ProbtransError(f"{folder}/config.json: missing; the run's backbone cannot be rebuilt")
-    return folder
+    return Backbone(str(folder), folder, load_config(folder), pretrained=False)
 
 
 def _first_line(err: BaseException) -> str:

@@ -19,7 +19,6 @@ import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyro
 import pyro.distributions as dist
@@ -38,7 +37,7 @@ from probtrans.contract import full_precision, local_params, outputs_recorded
 from probtrans.data import DataBundle
 from probtrans.encoder import Encoder
 from probtrans.errors import ConfigError, ProbtransError
-from probtrans.hub import backbone_folder, load_backbone
+from probtrans.hub import Backbone, load_backbone, resolve_backbone
 from probtrans.pyro_internals import DeepPyroModule, pyro_sample_names
 from probtrans.resolve import spec_folder
 from probtrans.sngp import RandomFeatures, median_distance, spectral_normalise
@@ -477,13 +476,15 @@ def check_size(spec: ModelSpec, data: DataBundle) -> None:
 
 
 def build_classifier(
-    spec: ModelSpec, data: DataBundle, backbone: Path | None = None
+    spec: ModelSpec, data: DataBundle, backbone: Backbone | None = None
 ) -> PyroClassifier:
     """The classifier a model spec describes, sized for ``data``; refuses one that cannot be
-    trained in this machine's memory (:func:`check_size`). A ``model.backbone`` is loaded with
-    its pretrained weights, or (``backbone``: the folder a run keeps, whose checkpoint holds
-    every weight) from its config alone."""
+    trained in this machine's memory (:func:`check_size`). A ``model.backbone`` is ``backbone``
+    where the caller resolved it (:func:`probtrans.resolve.with_local_backbone`; the folder a
+    run keeps: its config alone, the checkpoint holding every weight), else resolved here."""
     if spec.network.backbone is not None:
+        if backbone is None:
+            backbone = resolve_backbone(spec.network.backbone, spec_folder(spec))
         return build_backbone_classifier(spec, data, backbone)
     check_size(spec, data)
     net = spec.network
@@ -499,17 +500,16 @@ START_EXAMPLES = 64
 
 
 def build_backbone_classifier(
-    spec: ModelSpec, data: DataBundle, kept: Path | None = None
+    spec: ModelSpec, data: DataBundle, resolved: Backbone
 ) -> BackboneClassifier:
-    """The :class:`BackboneClassifier` of ``model.backbone`` for ``data`` (see
+    """The :class:`BackboneClassifier` of the ``resolved`` ``model.backbone`` for ``data`` (see
     :func:`build_classifier`)."""
-    folder = kept or backbone_folder(spec.network.backbone, spec_folder(spec))
-    backbone = load_backbone(folder, pretrained=kept is None)
-    check_backbone_data(backbone.config, spec, data)
+    check_backbone_data(resolved.config, spec, data)
+    backbone = load_backbone(resolved)
     net, image = spec.network, data.kind == "image"
     measured = net.head.kind == "random_features" and net.head.lengthscale is None
     start = {}
-    if kept is None and (net.swap is not None or measured) and len(data.train):
+    if resolved.pretrained and (net.swap is not None or measured) and len(data.train):
         _, inputs, mask, _ = data.train.batch(torch.randperm(len(data.train))[:START_EXAMPLES])
         start = {"pixel_values": inputs} if image else {"input_ids": inputs, "attention_mask": mask}
     lengthscale = None

@@ -19,7 +19,13 @@ from probtrans.data.sources import DATA_SOURCES, is_image
 from probtrans.errors import ConfigError
 from probtrans.gp.guides import INDUCING_GUIDES
 from probtrans.guides import GUIDES
-from probtrans.hub import backbone_folder, check_reads_texts, image_statistics
+from probtrans.hub import (
+    Backbone,
+    backbone_folder,
+    check_reads_texts,
+    image_statistics,
+    resolve_backbone,
+)
 from probtrans.metrics import METRICS, UNCERTAINTY_SCORES, ranked_metric
 from probtrans.registry import Registry
 from probtrans.specs import (
@@ -90,36 +96,37 @@ def load_inference_spec(path: str | os.PathLike[str], text: str | None = None) -
     return spec
 
 
-def with_local_backbone(spec: ModelSpec) -> ModelSpec:
+def with_local_backbone(spec: ModelSpec) -> tuple[ModelSpec, Backbone | None]:
     """``spec`` with ``data.tokenizer`` as a local folder (a hub id fetched into the Hugging
     Face cache once) and text data read by the ``model.backbone``'s tokenizer unless
-    ``data.tokenizer`` names another; the backbone itself is fetched here too (its errors come
-    before any data is read), and found again in the cache when the model is built."""
+    ``data.tokenizer`` names another; and the ``model.backbone`` resolved once (fetched here,
+    so that its errors come before any data is read; None without one), to be carried to
+    :func:`as_backbone_reads` and :func:`probtrans.model.build_classifier`."""
     changes = {}
     base = spec_folder(spec)
+    backbone = None
     if spec.network.backbone is not None:
         label = f"{spec.file}: model.backbone"
-        folder = backbone_folder(spec.network.backbone, base, label)
+        backbone = resolve_backbone(spec.network.backbone, base, label)
         if spec.data.tokenizer is None and not is_image(spec.data):
-            check_reads_texts(folder, f"{label} = {spec.network.backbone!r}")
-            changes["data.tokenizer"] = str(folder)
+            check_reads_texts(backbone.config, f"{label} = {spec.network.backbone!r}")
+            changes["data.tokenizer"] = str(backbone.folder)
     if spec.data.tokenizer is not None and "data.tokenizer" not in changes:
         field = f"{spec.file}: data.tokenizer"
         changes["data.tokenizer"] = str(backbone_folder(spec.data.tokenizer, base, field))
-    return updated(spec, changes, spec.file) if changes else spec
+    return (updated(spec, changes, spec.file) if changes else spec), backbone
 
 
-def as_backbone_reads(spec: ModelSpec, data: DataBundle) -> DataBundle:
-    """``data`` as the ``model.backbone`` of ``spec`` reads them: images standardised with the
-    statistics of the backbone's image processor (instead of ``data.normalize``'s), where it
-    has one for their channels; texts as they are (``data.tokenizer`` already read them)."""
-    if spec.network.backbone is None or data.kind != "image":
+def as_backbone_reads(data: DataBundle, backbone: Backbone | None) -> DataBundle:
+    """``data`` as the ``backbone`` reads them: images standardised with the statistics of its
+    image processor (instead of ``data.normalize``'s), where it has one for their channels;
+    texts as they are (``data.tokenizer`` already read them)."""
+    if backbone is None or data.kind != "image":
         return data
-    folder = backbone_folder(spec.network.backbone, spec_folder(spec), "model.backbone")
-    statistics = image_statistics(folder)
+    statistics = image_statistics(backbone.folder)
     if statistics is None or len(statistics[0]) != (data.image_shape or (0,))[0]:
         return data
-    return data.standardised(*statistics, f"the image processor of {spec.network.backbone}")
+    return data.standardised(*statistics, f"the image processor of {backbone.ref}")
 
 
 def spec_folder(spec: SpecFile) -> Path | None:

@@ -162,7 +162,7 @@ def test_backbone_classifier_logits_are_its_head_on_the_pooled_pretrained_output
 ):
     image = family == "vit"
     path = write_spec(tmp_path, backbones[family], "[model.prior]\nweights = 'none'\n", image)
-    spec = with_local_backbone(load_model_spec(path))
+    spec, _ = with_local_backbone(load_model_spec(path))
     data = load_data(spec.data, spec_folder(spec))
     classifier = build_classifier(spec, data).eval()
     assert isinstance(classifier, BackboneClassifier)
@@ -184,7 +184,7 @@ def test_backbone_classifier_logits_are_its_head_on_the_pooled_pretrained_output
 def test_pooler_pooling_is_the_backbones_own_pooler(tmp_path, backbones):
     tables = "pooling = 'pooler'\n[model.prior]\nweights = 'none'\n"
     path = write_spec(tmp_path, backbones["bert"], tables)
-    spec = with_local_backbone(load_model_spec(path))
+    spec, _ = with_local_backbone(load_model_spec(path))
     data = load_data(spec.data, spec_folder(spec))
     classifier = build_classifier(spec, data).eval()
     _, inputs, mask, _ = next(data.train.batches(8))
@@ -203,7 +203,7 @@ def test_plain_fine_tuning_is_transformers_sequence_classifier(tmp_path, backbon
 
     tables = "pooling = 'pooler'\n[model.prior]\nweights = 'none'\n"
     path = write_spec(tmp_path, backbones["bert"], tables)
-    spec = with_local_backbone(load_model_spec(path))
+    spec, _ = with_local_backbone(load_model_spec(path))
     data = load_data(spec.data, spec_folder(spec))
     classifier = build_classifier(spec, data).eval()
     reference = AutoModelForSequenceClassification.from_pretrained(
@@ -238,7 +238,7 @@ def test_sngp_lengthscale_unset_is_the_median_distance_of_the_pretrained_feature
 
     tables = "[model.head]\nkind = 'random_features'\nfeatures = 64\n"
     path = write_spec(tmp_path, backbones["bert"], tables)
-    spec = with_local_backbone(load_model_spec(path))
+    spec, _ = with_local_backbone(load_model_spec(path))
     data = load_data(spec.data, spec_folder(spec))
     torch.manual_seed(0)
     classifier = build_classifier(spec, data)
@@ -302,7 +302,7 @@ def sto_classifier(tmp_path: Path, folder: Path, sharpen: float) -> tuple[Backbo
     """A classifier whose top block is STO-TRANS attention, hard, τ → 0, its pretrained query
     map multiplied by ``sharpen``; and the dict its layer fills with q, k and the key mask."""
     tables = "[model.swap]\nlayers = [-1]\nattention = { kind = 'sto', hard = true, tau = 1e-6 }\n"
-    spec = with_local_backbone(load_model_spec(write_spec(tmp_path, folder, tables)))
+    spec, _ = with_local_backbone(load_model_spec(write_spec(tmp_path, folder, tables)))
     classifier = build_classifier(spec, load_data(spec.data, spec_folder(spec))).eval()
     block = classifier.backbone.encoder.layer[1].attention.self
     with torch.no_grad():
@@ -478,6 +478,31 @@ def test_each_family_is_one_entry_of_the_table_with_its_facts(backbones, family)
     assert family_of(model).projections[::2] == tuple(targets)
 
 
+def test_a_fit_and_a_reload_resolve_the_backbone_once_and_read_its_config_once(
+    tmp_path, backbones, monkeypatch
+):
+    """``model.backbone`` is turned into a folder and its config read once per fit (the
+    resolved value carried to the data, the model and the run folder), and once per
+    ``Run.load`` (the config the run keeps)."""
+    import probtrans.hub as hub
+
+    calls = {"backbone_folder": 0, "load_config": 0}
+
+    def counted(function):
+        def wrapper(*args, **kwargs):
+            calls[function.__name__] += 1
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    for name in calls:
+        monkeypatch.setattr(hub, name, counted(getattr(hub, name)))
+    run = fit(tmp_path, write_spec(tmp_path, backbones["bert"]), "map")
+    assert calls == {"backbone_folder": 1, "load_config": 1}
+    probtrans.Run.load(run.path)
+    assert calls == {"backbone_folder": 1, "load_config": 2}
+
+
 def test_a_backbone_of_no_known_family_with_lora_targets_unset_is_refused():
     from probtrans.backbone.families import lora_targets
 
@@ -601,7 +626,7 @@ def test_train_backbone_fine_tunes_every_weight_under_bayesian_adapters(tmp_path
         backbones["bert"],
         LORA.replace("[model.swap]", "train_backbone = true\n[model.swap]"),
     )
-    spec = with_local_backbone(load_model_spec(path))
+    spec, _ = with_local_backbone(load_model_spec(path))
     data = load_data(spec.data, spec_folder(spec))
     classifier = build_classifier(spec, data)
     pretrained = classifier.pretrained_parameters()
@@ -627,7 +652,7 @@ def test_train_backbone_fine_tunes_every_weight_under_bayesian_adapters(tmp_path
 
 def test_lora_alone_keeps_the_pretrained_weights_frozen(tmp_path, backbones):
     path = write_spec(tmp_path, backbones["bert"], LORA)
-    spec = with_local_backbone(load_model_spec(path))
+    spec, _ = with_local_backbone(load_model_spec(path))
     classifier = build_classifier(spec, load_data(spec.data, spec_folder(spec)))
     assert classifier.pretrained_parameters() == []
 
@@ -751,7 +776,7 @@ def test_posthoc_stochastic_attention_samples_inside_and_leaves_the_model_as_it_
     """Inside ``sampled_attention`` the top block of an unswapped backbone samples its weights
     (an STO site of one-hot-like rows); afterwards the model, its attention setting and its
     outputs are exactly as before."""
-    spec = with_local_backbone(load_model_spec(write_spec(tmp_path, backbones["bert"])))
+    spec, _ = with_local_backbone(load_model_spec(write_spec(tmp_path, backbones["bert"])))
     data = load_data(spec.data, spec_folder(spec))
     classifier = build_classifier(spec, data).eval()
     block = classifier.backbone.encoder.layer[1].attention.self
@@ -824,7 +849,7 @@ def test_replicas_of_a_batch_run_the_blocks_below_the_random_one_once(
     image = family == "vit"
     swap = '[model.swap]\nlayers = [-1]\nattention = { kind = "h_sto" }\n'
     model = write_spec(tmp_path, backbones[family], swap if how == "swapped" else "", image)
-    spec = with_local_backbone(load_model_spec(model))
+    spec, _ = with_local_backbone(load_model_spec(model))
     data = load_data(spec.data, spec_folder(spec))
     classifier = build_classifier(spec, data)
     lower = block_stack(classifier.backbone)[0]
@@ -847,7 +872,7 @@ def test_mc_dropout_replicas_pass_every_block_and_a_batch_of_other_size_runs_as_
     pass the lower block in full. A batch that is not R equal copies (R does not divide it)
     runs unchanged."""
     swap = '[model.swap]\nlayers = [-1]\nattention = { kind = "h_sto" }\n'
-    spec = with_local_backbone(load_model_spec(write_spec(tmp_path, backbones["bert"], swap)))
+    spec, _ = with_local_backbone(load_model_spec(write_spec(tmp_path, backbones["bert"], swap)))
     data = load_data(spec.data, spec_folder(spec))
     classifier = build_classifier(spec, data)
     backbone = classifier.backbone.eval()
@@ -907,11 +932,11 @@ def test_images_are_standardised_with_the_backbones_image_processor(tmp_path, ba
     model.write_text(
         f'[data]\nname = "digits"\n\n[model]\nbackbone = "{backbones["vit"]}"\npooling = "cls"\n'
     )
-    spec = with_local_backbone(load_model_spec(model))
+    spec, backbone = with_local_backbone(load_model_spec(model))
     own = load_data(spec.data, spec_folder(spec))
     from probtrans.resolve import as_backbone_reads
 
-    read = as_backbone_reads(spec, own)
+    read = as_backbone_reads(own, backbone)
     assert own.scaling.mean is None  # the digits' pixels are in [0, 1] as they are
     assert read.scaling.mean == (0.5,) and read.scaling.std == (0.25,)
     torch.testing.assert_close(read.train.inputs, (own.train.inputs - 0.5) / 0.25)

@@ -27,7 +27,7 @@ from probtrans.checkpoint import save_checkpoint
 from probtrans.contract import caller_random_state, float32_default
 from probtrans.data import DataBundle, load_data
 from probtrans.errors import ConfigError, ProbtransError, in_file
-from probtrans.hub import backbone_folder, keep_backbone
+from probtrans.hub import Backbone, keep_backbone
 from probtrans.inference.guide import GuideChoice
 from probtrans.inference.posthoc import check_posthoc
 from probtrans.inference.train import BestState, Resumable, TrainingDiverged, train_classifier
@@ -206,7 +206,7 @@ def fit(
     device = check_device(device, f"device = {device!r}")
     seed = check_seed(seed, f"seed = {seed!r}")
     model_text, model_spec = spec_source(model, load_model_spec)
-    model_spec = with_local_backbone(model_spec)
+    model_spec, backbone = with_local_backbone(model_spec)
     tables = {"elbo": elbo, "optim": optim, "train": train, "predictive": predictive}
     inference_text, inference_spec = inference_source(inference, guide, tables)
     texts = {"model_spec": model_text, "inference_spec": inference_text}
@@ -225,9 +225,9 @@ def fit(
     with in_file(model_spec.file):
         with processes.main_first():  # rank 0 fills the data cache that the others read
             data = load_data(model_spec.data, spec_folder(model_spec)) if data is None else data
-        data = as_backbone_reads(model_spec, data)
+        data = as_backbone_reads(data, backbone)
         pyro.set_rng_seed(seed)  # the initial weights too depend on the seed
-        classifier = build_classifier(model_spec, data)
+        classifier = build_classifier(model_spec, data, backbone)
         check_posthoc(classifier, inference_spec.predictive)
     with in_file(inference_spec.file):
         check_knn_neighbours(inference_spec.predictive, data)
@@ -255,7 +255,15 @@ def fit(
         else:
             try:
                 train_and_evaluate(
-                    run, resumable, {**texts, **origin}, seed, device, progress, guide, staging
+                    run,
+                    resumable,
+                    {**texts, **origin},
+                    seed,
+                    device,
+                    progress,
+                    guide,
+                    staging,
+                    backbone,
                 )
             except TrainingDiverged as err:
                 raise ProbtransError(f"{err}; {keep_or_remove_staging(staging)}") from None
@@ -292,11 +300,12 @@ def train_and_evaluate(
     progress: bool,
     guide: GuideChoice | None,
     folder: Path,
+    backbone: Backbone | None,
 ) -> None:
     """Fit ``run``'s classifier, then evaluate it; writes every file of the run into
-    ``folder`` (the staging folder that becomes ``run.path``). ``texts``: what the checkpoint
-    keeps besides the weights (the spec texts, and where a guide or the data were given in
-    Python)."""
+    ``folder`` (the staging folder that becomes ``run.path``), with the config of its resolved
+    ``backbone``. ``texts``: what the checkpoint keeps besides the weights (the spec texts,
+    and where a guide or the data were given in Python)."""
     options = run.classifier.attention_options()
     resolved = {"attention_options": json.dumps(options)} if options else {}
 
@@ -337,9 +346,8 @@ def train_and_evaluate(
     checkpoint(result.best, result.guide)  # the guide as returned (e.g. its Laplace approximation)
     write_json(folder / "history.json", result.history)
     save_run_data(folder, run.data, run.inference_spec.predictive)
-    backbone = run.model_spec.network.backbone
     if backbone is not None:
-        keep_backbone(backbone_folder(backbone, spec_folder(run.model_spec)), folder)
+        keep_backbone(backbone, folder)
     started = time.perf_counter()
     stopwatch = Stopwatch()
     scores = evaluate(

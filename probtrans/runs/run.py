@@ -31,7 +31,7 @@ from probtrans.data import DataBundle, DataSplit, load_data
 from probtrans.data.saved import ForeignData, load_saved_bundle
 from probtrans.errors import ProbtransError, in_file
 from probtrans.feature_scores import FittedScores
-from probtrans.hub import run_backbone
+from probtrans.hub import kept_backbone
 from probtrans.inference.guide import build_guide, guide_in_words
 from probtrans.inference.predictive import posterior_draws, sample_predictive
 from probtrans.io import DamagedFile, TemporaryFolder, read_json
@@ -442,7 +442,7 @@ def load_run(run_dir: str | Path, device: str = "cpu", data: DataBundle | None =
         )
     with in_file(model_spec.file):
         data = load_data(model_spec.data, spec_folder(model_spec)) if data is None else data
-        kept = run_backbone(run_dir) if model_spec.network.backbone is not None else None
+        kept = kept_backbone(run_dir) if model_spec.network.backbone is not None else None
         classifier = build_classifier(model_spec, data, kept).to(device)
     check_attention_options(path, state, classifier)
     guide, draws = None, None
