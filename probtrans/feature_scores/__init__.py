@@ -1,6 +1,6 @@
 """Feature-space out-of-distribution scores, fitted on the training split's pooled features.
 
-The extension point and the fitted set are in :mod:`~probtrans.feature_scores.base`; each
+The extension point and the fitted set are in :mod:`~probtrans.feature_scores.score`; each
 built-in score is a module of its own, registered on import: ``mahalanobis`` and
 ``relative_mahalanobis`` (:mod:`~probtrans.feature_scores.mahalanobis`), ``feature_density``
 (:mod:`~probtrans.feature_scores.density`) and ``knn`` (:mod:`~probtrans.feature_scores.knn`).
@@ -13,7 +13,7 @@ A plugin adds one with a :class:`FeatureScore` subclass and one
 from probtrans.feature_scores import mahalanobis, density, knn  # noqa: F401
 
 # isort: on
-from probtrans.feature_scores.base import (
+from probtrans.feature_scores.score import (
     FEATURE_SCORES,
     FeatureScore,
     FittedScores,

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from probtrans.feature_scores.base import (
+from probtrans.feature_scores.mahalanobis import gaussian_problems, squared_mahalanobis
+from probtrans.feature_scores.score import (
     FeatureScore,
     TrainingFeatures,
     register_feature_score,
     shrunk_cholesky,
 )
-from probtrans.feature_scores.mahalanobis import gaussian_problems, squared_mahalanobis
 
 
 @register_feature_score

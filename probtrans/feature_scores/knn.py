@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from probtrans.feature_scores.base import FeatureScore, TrainingFeatures, register_feature_score
+from probtrans.feature_scores.score import FeatureScore, TrainingFeatures, register_feature_score
 
 #: the most bytes a chunk of the k-NN distance matrix (query rows × training rows) may take
 KNN_CHUNK_BYTES = 256 * 2**20

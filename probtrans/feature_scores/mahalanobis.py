@@ -8,7 +8,7 @@
   Eq. 4, whose confidence is its negative).
 
 Σ is the Ledoit–Wolf covariance of the class-centred rows
-(:attr:`~probtrans.feature_scores.base.TrainingFeatures.shared_cholesky`), Σ_0 that of the rows
+(:attr:`~probtrans.feature_scores.score.TrainingFeatures.shared_cholesky`), Σ_0 that of the rows
 centred on their mean μ_0. MD(x) = ‖L⁻¹(x − μ)‖² by a triangular solve with the Cholesky factor
 Σ = L Lᵀ. A class with no training row has no Gaussian: the minimum runs over the others.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from probtrans.feature_scores.base import (
+from probtrans.feature_scores.score import (
     FeatureScore,
     TrainingFeatures,
     register_feature_score,

@@ -1,7 +1,7 @@
 """Test-time adaptation (TTA) of a trained classifier to each unlabelled test batch, before
 predicting it (``probtrans evaluate --adapt``, ``Run.predict(adapt=...)``).
 
-The extension point, the context and the loop over a split are in :mod:`~probtrans.tta.base`;
+The extension point, the context and the loop over a split are in :mod:`~probtrans.tta.method`;
 each built-in method is a module of its own, registered on import: ``em``
 (:mod:`~probtrans.tta.em`) and ``tent`` (:mod:`~probtrans.tta.tent`). A plugin adds one with an
 :class:`AdaptationMethod` subclass, its options class and one :func:`register_adaptation` call.
@@ -12,7 +12,8 @@ each built-in method is a module of its own, registered on import: ``em``
 from probtrans.tta import em, tent  # noqa: F401
 
 # isort: on
-from probtrans.tta.base import (
+from probtrans.tta.em import EmOptions
+from probtrans.tta.method import (
     ADAPTATION_METHODS,
     Adaptation,
     AdaptationMethod,
@@ -22,7 +23,6 @@ from probtrans.tta.base import (
     register_adaptation,
     test_time_adaptation,
 )
-from probtrans.tta.em import EmOptions
 from probtrans.tta.tent import TentOptions, predictive_mean_entropy
 
 __all__ = [

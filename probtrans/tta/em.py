@@ -24,7 +24,7 @@ from probtrans.attention import MultiHeadAttention
 from probtrans.attention.gaussian_mixture import Mixture
 from probtrans.errors import ProbtransError
 from probtrans.specs.base import Positive, PositiveInt, Spec
-from probtrans.tta.base import AdaptationMethod, register_adaptation
+from probtrans.tta.method import AdaptationMethod, register_adaptation
 
 
 class EmOptions(Spec):

@@ -29,7 +29,7 @@ from probtrans.inference.objective import self_guided
 from probtrans.inference.predictive import is_point_mass
 from probtrans.pyro_internals import pyro_sample_names
 from probtrans.specs.base import NonNegativeInt, Positive, PositiveInt, Spec
-from probtrans.tta.base import AdaptationMethod, register_adaptation
+from probtrans.tta.method import AdaptationMethod, register_adaptation
 
 
 class TentOptions(Spec):
