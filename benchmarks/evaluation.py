@@ -7,7 +7,7 @@ then evaluated twice, each time on its own copy of the run folder:
 - **before**: as evaluation was before the shared computations, the replicas of a posterior
   draw passing every block of a pretrained backbone and the last-layer Laplace and the feature
   scores each computing the training split's features (both switched off here by patching
-  :meth:`probtrans.model.BackboneClassifier.replicas_shared` and
+  :meth:`probtrans.classifier.BackboneClassifier.replicas_shared` and
   :func:`probtrans.runs.evaluation.shared_training_features`);
 - **after**: as ``probtrans evaluate`` runs now: the lower blocks below the first random one run
   once for the R replicas of a draw (:mod:`probtrans.backbone.replicas`), so the post-hoc
@@ -56,7 +56,7 @@ import torch
 from adaptation import machine  # benchmarks/adaptation.py: commit, CPU, cores, torch, date
 
 import probtrans
-from probtrans.model import BackboneClassifier
+from probtrans.classifier import BackboneClassifier
 from probtrans.runs import evaluate_run
 from probtrans.runs import evaluation as evaluation_module
 

@@ -27,10 +27,10 @@ import pyro
 import torch
 from pyro.infer import Trace_ELBO
 
+from probtrans.classifier import build_classifier
 from probtrans.data import DataSplit, load_data
 from probtrans.inference.guide import build_guide
 from probtrans.inference.objective import self_guided
-from probtrans.model import build_classifier
 from probtrans.resolve import load_model_spec
 from probtrans.specs import GuideSpec
 

@@ -3,7 +3,7 @@
 The backbone is BERT-base in size (``BertConfig`` defaults: width 768, 12 layers, 12 heads, MLP
 3072, vocabulary 30522, about 110 M parameters) with random weights (the cost of a step does not
 depend on their values), on random token ids: batch 16, sequence length 128, two classes. The
-configurations are each a :class:`probtrans.model.BackboneClassifier` built directly from a
+configurations are each a :class:`probtrans.classifier.BackboneClassifier` built directly from a
 ``NetworkSpec`` and the model (no hub, no tokenizer); everything runs in one invocation.
 
 1. **plain fine-tuning**: no swap, no priors; the step is written in plain PyTorch over the
@@ -133,7 +133,7 @@ def plain_step(args: argparse.Namespace, lora: bool = False) -> Callable[[], Non
     weight, or (``lora``) of LoRA adapters r = 8 on the query and value maps of the frozen
     backbone and the head, without priors."""
     from probtrans.backbone.lora import add_lora
-    from probtrans.model import BackboneClassifier
+    from probtrans.classifier import BackboneClassifier
 
     classifier = BackboneClassifier(network("plain", args.layers), backbone(args), CLASSES, False)
     if lora:
@@ -155,9 +155,9 @@ def plain_step(args: argparse.Namespace, lora: bool = False) -> Callable[[], Non
 
 def svi_step(args: argparse.Namespace) -> Callable[[], None]:
     """The SVI step of ``probtrans fit`` (:class:`probtrans.inference.train.SVITraining`)."""
+    from probtrans.classifier import BackboneClassifier
     from probtrans.data import DataBundle, DataSplit
     from probtrans.inference.train import SVITraining
-    from probtrans.model import BackboneClassifier
     from probtrans.resolve import load_inference_spec
 
     classifier = BackboneClassifier(network("svi", args.layers), backbone(args), CLASSES, False)

@@ -32,9 +32,9 @@ from pathlib import Path
 import torch
 
 from probtrans import distributed
+from probtrans.classifier import build_classifier
 from probtrans.data import DataBundle
 from probtrans.inference.train import SVITraining
-from probtrans.model import build_classifier
 from probtrans.resolve import load_inference_spec, load_model_spec
 from probtrans.specs import updated
 

@@ -64,6 +64,7 @@ from pyro.infer import Predictive, Trace_ELBO
 from torch import nn
 
 import probtrans.attention.sgpa
+from probtrans.classifier import PatchEmbedding, TokenEmbedding, build_classifier
 from probtrans.contract import fused_attention
 from probtrans.data import DataBundle, DataSplit, load_data
 from probtrans.gp import decoupled_conditional_reference
@@ -71,7 +72,6 @@ from probtrans.inference.guide import build_guide
 from probtrans.inference.objective import self_guided
 from probtrans.inference.predictive import sample_predictive
 from probtrans.inference.train import SVITraining
-from probtrans.model import PatchEmbedding, TokenEmbedding, build_classifier
 from probtrans.nn import (
     Encoder,
     HierarchicalStochasticAttention,

@@ -7,10 +7,10 @@ import torch
 from pyro import poutine
 from pyro.distributions import Independent
 
+from probtrans.classifier import build_classifier
 from probtrans.contract import is_kl_term, local_params
 from probtrans.data import load_data
 from probtrans.errors import in_file
-from probtrans.model import build_classifier
 from probtrans.resolve import as_backbone_reads, spec_folder, with_local_backbone
 from probtrans.specs import ModelSpec
 

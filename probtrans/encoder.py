@@ -7,7 +7,7 @@ pluggable: a kind name of the registry (:data:`probtrans.attention.ATTENTION`) w
 as keywords, an options object of :mod:`probtrans.specs.attention`, an attention class, or (for
 one block) an attention module. The defaults of ``d_ff``, ``dropout`` and ``norm`` are those of
 a model spec's ``[model]`` table (:class:`~probtrans.specs.NetworkSpec`). Embeddings and pooling
-belong to the model around the encoder (:class:`probtrans.model.Classifier`).
+belong to the model around the encoder (:class:`probtrans.classifier.Classifier`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Guides are built on :func:`probtrans.inference.objective.self_guided` models, so they only see
 global sites; :func:`probtrans.inference.guide.build_guide` combines the weight guide named here
-with the inducing-variable guide of SGPA layers (:mod:`probtrans.gp.guides`). Every guide starts
+with the inducing-variable guide of SGPA layers (:mod:`probtrans.gp.inducing_guides`). Every
+guide starts
 at the network's initial weights (``initial``, site name → value) and any other site at its
 prior's mean (:func:`start_at`). A registry entry is a :class:`NamedGuide`: the builder and what
 the guide is in words.
@@ -45,7 +46,8 @@ GuideBuilder = Callable[[Callable, dict[str, Tensor], GuideSpec], AutoGuide]
 
 @dataclass(frozen=True)
 class NamedGuide:
-    """A guide of a registry (:data:`GUIDES`, :data:`probtrans.gp.guides.INDUCING_GUIDES`)."""
+    """A guide of a registry (:data:`GUIDES`,
+    :data:`probtrans.gp.inducing_guides.INDUCING_GUIDES`)."""
 
     build: GuideBuilder
     #: what it is, in words (figure titles)

@@ -23,7 +23,7 @@ built on the model itself refuses. SGPA layers also have a global site ``u_g`` (
 variables, e.g. ``encoder.layers.0.attn.u_g``) for the guide: draw it outside the data plate
 by reading ``layer.u_g`` once before entering the plate. Under Pyro's vectorised plates
 (``Predictive(..., parallel=True)``) layers and encoders take sample dimensions on the left,
-x (*S, B, L, d_model) with the mask (B, L) (:mod:`probtrans.attention.base`).
+x (*S, B, L, d_model) with the mask (B, L) (:mod:`probtrans.attention.multihead`).
 
 Kinds (equations in their modules' docstrings): :class:`SoftmaxAttention` (deterministic),
 :class:`StochasticAttention` (STO-TRANS), :class:`HierarchicalStochasticAttention`

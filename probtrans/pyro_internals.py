@@ -16,7 +16,7 @@ version's source and add it). Nothing else in probtrans imports a private Pyro n
   that :func:`probtrans.inference.objective.loss_and_terms` computes Pyro's loss and the ELBO's
   terms from the same traces.
 - :func:`pyro_sample_names`: the ``PyroSample`` attributes of one module (``_pyro_samples``),
-  which :meth:`probtrans.model.Classifier.sample_globals` draws outside the data plate.
+  which :meth:`probtrans.classifier.Classifier.sample_globals` draws outside the data plate.
 - :class:`DeepPyroModule`: a ``PyroModule`` whose ``PyroModule``\ s sit deep inside plain
   ``nn.Module``\ s (a Hugging Face backbone): they are named after their path and share its
   Pyro context (``_pyro_set_supermodule``), as direct ``PyroModule`` attributes would.

@@ -2,7 +2,7 @@
 
 The registries live next to what they register: attention kinds
 (:data:`probtrans.attention.ATTENTION`), weight guides (:data:`probtrans.guides.GUIDES`),
-inducing-variable guides (:data:`probtrans.gp.guides.INDUCING_GUIDES`), data sources
+inducing-variable guides (:data:`probtrans.gp.inducing_guides.INDUCING_GUIDES`), data sources
 (:data:`probtrans.data.sources.DATA_SOURCES`), metrics (:data:`probtrans.metrics.METRICS`),
 uncertainty scores (:data:`probtrans.metrics.UNCERTAINTY_SCORES`), feature scores
 (:data:`probtrans.feature_scores.FEATURE_SCORES`) and post-hoc predictives

@@ -17,7 +17,7 @@ from pathlib import Path
 from probtrans.data import DataBundle
 from probtrans.data.sources import DATA_SOURCES, is_image
 from probtrans.errors import ConfigError
-from probtrans.gp.guides import INDUCING_GUIDES
+from probtrans.gp.inducing_guides import INDUCING_GUIDES
 from probtrans.guides import GUIDES
 from probtrans.hub import (
     Backbone,
@@ -78,7 +78,7 @@ def load_model_spec(path: str | os.PathLike[str], text: str | None = None) -> Mo
 def check_positions(spec: ModelSpec) -> None:
     """Raise ConfigError naming the file when the tokens of a text (``data.max_len``) exceed
     the network's positions; images (patches) are not checked, nor a backbone's positions
-    (:func:`probtrans.model.check_backbone_data` does, once it is loaded)."""
+    (:func:`probtrans.classifier.check_backbone_data` does, once it is loaded)."""
     if spec.network.backbone is not None:
         return
     if not is_image(spec.data) and spec.data.max_len > spec.network.max_positions:
@@ -101,7 +101,7 @@ def with_local_backbone(spec: ModelSpec) -> tuple[ModelSpec, Backbone | None]:
     Face cache once) and text data read by the ``model.backbone``'s tokenizer unless
     ``data.tokenizer`` names another; and the ``model.backbone`` resolved once (fetched here,
     so that its errors come before any data is read; None without one), to be carried to
-    :func:`as_backbone_reads` and :func:`probtrans.model.build_classifier`."""
+    :func:`as_backbone_reads` and :func:`probtrans.classifier.build_classifier`."""
     changes = {}
     base = spec_folder(spec)
     backbone = None

@@ -24,11 +24,11 @@ from tokenizers import Tokenizer
 import probtrans
 from probtrans.backbone.replicas import block_stack, once_below_randomness
 from probtrans.backbone.swap import attention_blocks, swap_blocks
+from probtrans.classifier import BackboneClassifier, build_classifier
 from probtrans.data import load_data
 from probtrans.describe import site_table
 from probtrans.errors import ConfigError, ProbtransError
 from probtrans.inference.predictive import sample_predictive
-from probtrans.model import BackboneClassifier, build_classifier
 from probtrans.resolve import load_model_spec, spec_folder, with_local_backbone
 from tests.conftest import tiny_inference
 from tests.tiny_backbones import TEXT_FAMILIES, TEXTS, save_tiny_backbone

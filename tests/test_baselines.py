@@ -10,10 +10,10 @@ from torch import nn
 
 from probtrans import calibration, metrics
 from probtrans.attention import MultiHeadAttention
+from probtrans.classifier import build_classifier
 from probtrans.errors import ProbtransError
 from probtrans.inference.laplace import LastLayerLaplace, hessian
 from probtrans.inference.predictive import sample_predictive
-from probtrans.model import build_classifier
 from probtrans.nn import Encoder
 from tests.conftest import tiny_spec
 

@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from probtrans.checkpoint import load_checkpoint
+from probtrans.classifier import build_classifier
 from probtrans.cli import main
 from probtrans.distributed import Processes, process_group
 from probtrans.errors import ProbtransError
 from probtrans.inference.train import SVITraining
-from probtrans.model import build_classifier
 from probtrans.resolve import load_inference_spec
 from probtrans.runs.kept import read_probs
 from probtrans.specs import updated

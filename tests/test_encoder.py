@@ -7,9 +7,9 @@ import pyro
 import pytest
 import torch
 
+from probtrans.classifier import build_classifier
 from probtrans.data import DataBundle, DataSplit
 from probtrans.errors import ProbtransError
-from probtrans.model import build_classifier
 from tests.conftest import ragged_split, tiny_spec
 
 

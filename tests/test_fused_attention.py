@@ -9,9 +9,9 @@ from pyro import poutine
 from scipy import stats
 
 from probtrans.attention.gumbel import CHUNK, fused_relaxed_attention, gumbel, uniform
+from probtrans.classifier import build_classifier
 from probtrans.contract import fused_attention
 from probtrans.inference.objective import self_guided
-from probtrans.model import build_classifier
 from probtrans.nn import HierarchicalStochasticAttention, StochasticAttention
 from tests.conftest import tiny_spec
 

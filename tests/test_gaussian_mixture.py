@@ -15,9 +15,9 @@ from probtrans.attention.gaussian_mixture import (
     responsibilities,
     value_m_step,
 )
+from probtrans.classifier import build_classifier
 from probtrans.data import load_data
 from probtrans.errors import ConfigError
-from probtrans.model import build_classifier
 from probtrans.nn import GaussianMixtureAttention, SoftmaxAttention
 from probtrans.resolve import load_model_spec
 from probtrans.specs import ModelSpec

@@ -7,10 +7,10 @@ import torch
 from pyro import poutine
 from pyro.infer.autoguide import AutoDelta, AutoGuideList, AutoLowRankMultivariateNormal
 
-from probtrans.gp.guides import INDUCING_GUIDES
+from probtrans.classifier import build_classifier
+from probtrans.gp.inducing_guides import INDUCING_GUIDES
 from probtrans.guides import GUIDES, delta_guide
 from probtrans.inference.guide import build_guide, guide_in_words
-from probtrans.model import build_classifier
 from probtrans.specs import GuideSpec
 from tests.conftest import tiny_spec
 

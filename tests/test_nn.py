@@ -16,10 +16,10 @@ from torch import nn
 
 import probtrans
 from probtrans.attention import ATTENTION
+from probtrans.classifier import build_classifier
 from probtrans.contract import fused_attention
 from probtrans.encoder import make_attention
 from probtrans.errors import ProbtransError
-from probtrans.model import build_classifier
 from probtrans.nn import (
     Encoder,
     EncoderBlock,

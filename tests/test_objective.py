@@ -12,10 +12,10 @@ import torch.nn.functional as F
 from pyro import poutine
 from pyro.infer import Trace_ELBO
 
+from probtrans.classifier import build_classifier
 from probtrans.contract import kl_term
 from probtrans.inference.guide import build_guide
 from probtrans.inference.objective import KLWeight, self_guided
-from probtrans.model import build_classifier
 from probtrans.specs import ElboSpec, GuideSpec
 from tests.conftest import relative_error, tiny_spec
 

@@ -22,11 +22,11 @@ import pytest
 import torch
 
 from probtrans.checkpoint import load_checkpoint
+from probtrans.classifier import build_classifier
 from probtrans.data import NO_LABEL, DataBundle, DataSplit, load_data
 from probtrans.data.corruptions import corrupt
 from probtrans.data.saved import load_saved_bundle, save_bundle
 from probtrans.errors import ConfigError, ProbtransError
-from probtrans.model import build_classifier
 from probtrans.resolve import load_model_spec, spec_folder
 from probtrans.specs import DataSpec, ModelSpec
 from probtrans.specs.base import parse, updated

@@ -27,7 +27,7 @@ from typing import Literal
 import pyro.distributions as dist
 
 from probtrans.attention import MultiHeadAttention, register_attention
-from probtrans.attention.base import masked_logits
+from probtrans.attention.multihead import masked_logits
 from probtrans.contract import sample_attention
 from probtrans.specs.base import Positive, Spec
 

@@ -7,6 +7,7 @@ import pyro
 import torch
 from pyro import poutine
 
+from probtrans.classifier import build_classifier
 from probtrans.data import DataBundle
 from probtrans.inference.guide import build_guide
 from probtrans.inference.objective import self_guided
@@ -18,7 +19,6 @@ from probtrans.inference.predictive import (
     posterior_draws,
     sample_predictive,
 )
-from probtrans.model import build_classifier
 from probtrans.specs import GuideSpec
 from tests.conftest import ragged_split, tiny_spec
 

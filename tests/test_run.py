@@ -14,6 +14,7 @@ import probtrans.inference.train
 import probtrans.runs.run
 from probtrans import metrics
 from probtrans.checkpoint import load_checkpoint
+from probtrans.classifier import build_classifier
 from probtrans.cli import main
 from probtrans.data import DataBundle
 from probtrans.errors import ConfigError, ProbtransError
@@ -25,7 +26,6 @@ from probtrans.inference.train import (
     kl_annealing_at,
     train_classifier,
 )
-from probtrans.model import build_classifier
 from probtrans.resolve import load_inference_spec, load_model_spec
 from probtrans.runs import Run, evaluate_run, fit, load_run
 from probtrans.segmentation import load_segmentation_spec

@@ -23,6 +23,7 @@ from torch.distributions import MultivariateNormal, Normal, kl_divergence
 import probtrans.gp.decoupled
 import probtrans.gp.residual
 import probtrans.gp.standard
+from probtrans.classifier import build_classifier
 from probtrans.describe import site_table
 from probtrans.encoder import make_attention
 from probtrans.gp import (
@@ -37,7 +38,6 @@ from probtrans.gp import (
 from probtrans.gp.residual import LARGEST_EXPONENT, SERIES_BELOW, FactoredKernel
 from probtrans.inference.guide import build_guide
 from probtrans.inference.objective import self_guided
-from probtrans.model import build_classifier
 from probtrans.nn import SGPAttention, StandardSGPAttention
 from probtrans.resolve import load_model_spec
 from probtrans.specs import GuideSpec

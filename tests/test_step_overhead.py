@@ -16,10 +16,10 @@ from pyro.infer import Trace_ELBO
 from pyro.poutine.messenger import Messenger
 from torch.testing import assert_close
 
+from probtrans.classifier import build_classifier
 from probtrans.contract import local_params
 from probtrans.inference.objective import self_guided
 from probtrans.inference.train import SVITraining
-from probtrans.model import build_classifier
 from probtrans.resolve import load_inference_spec, load_model_spec
 from probtrans.specs import updated
 from tests.conftest import tiny_spec

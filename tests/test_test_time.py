@@ -12,11 +12,11 @@ import torch
 
 from probtrans import tta as tt
 from probtrans.adaptation import key_objective
+from probtrans.classifier import build_classifier
 from probtrans.data import DataSplit
 from probtrans.errors import ProbtransError
 from probtrans.inference.predictive import sample_predictive
 from probtrans.metrics import predictive_entropy
-from probtrans.model import build_classifier
 from tests.conftest import tiny_spec
 
 GAUSSIAN_MIXTURE = {"kind": "gaussian_mixture", "precision": "head"}

@@ -17,6 +17,7 @@ from pyro import poutine
 from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
 from torch.distributions import Categorical, kl_divergence
 
+from probtrans.classifier import build_classifier
 from probtrans.contract import is_kl_term, kl_term
 from probtrans.data import DataBundle, DataSplit
 from probtrans.errors import ConfigError
@@ -24,7 +25,6 @@ from probtrans.inference.guide import build_guide
 from probtrans.inference.objective import KLWeight, loss_and_terms, make_elbo, self_guided
 from probtrans.inference.train import SVITraining, train_classifier
 from probtrans.inference.training_log import TensorBoardLog, open_log
-from probtrans.model import build_classifier
 from probtrans.resolve import load_inference_spec
 from probtrans.runs import fit
 from probtrans.runs.folder import check_replaceable

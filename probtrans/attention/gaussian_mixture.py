@@ -44,8 +44,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from probtrans.attention.base import MultiHeadAttention
-from probtrans.attention.registry import register_attention
+from probtrans.attention.kinds import register_attention
+from probtrans.attention.multihead import MultiHeadAttention
 from probtrans.contract import autocast_off, full_precision
 from probtrans.specs.attention import GaussianMixtureOptions
 
@@ -55,7 +55,7 @@ class Mixture:
     """The parameters of one layer's units for a batch, per head.
 
     Precisions have a last dimension of size n (per unit) or 1 (equal across units). Every
-    tensor may have sample dimensions *S left of B (:mod:`probtrans.attention.base`).
+    tensor may have sample dimensions *S left of B (:mod:`probtrans.attention.multihead`).
     """
 
     keys: Tensor  # ξ (B, H, n, d)

@@ -31,7 +31,7 @@ from pyro.distributions.relaxed_straight_through import QuantizeCategorical
 from torch import Tensor
 from torch.distributions.utils import clamp_probs
 
-from probtrans.attention.base import scaled_dot_product
+from probtrans.attention.multihead import scaled_dot_product
 from probtrans.contract import full_precision, plate_batch_shape
 
 #: elements per independently seeded chunk of CPU noise

@@ -7,7 +7,7 @@ Per head, with centroids C ∈ R^{d_h × c}:
     k̂   = â_c Cᵀ                                          (Eq. 15)   (*S, B, H, L, d_h)
     â_v ~ RelaxedOneHotCategorical(τ₂, logits = q k̂ᵀ)     (Eq. 16)   (*S, B, H, L, L)
     h   = â_v v                                            (Eq. 17)
-(*S: sample dimensions, those of vectorised plates; see :mod:`probtrans.attention.base`.)
+(*S: sample dimensions, those of vectorised plates; see :mod:`probtrans.attention.multihead`.)
 The authors' code shares one centroid matrix per layer across heads with c = 2; ``centroids =
 "head"`` gives each head its own. Under :func:`~probtrans.contract.fused_attention`, Eq.
 16–17 run as one fused kernel (:mod:`probtrans.attention.gumbel`).
@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from probtrans.attention.base import MultiHeadAttention, masked_logits
 from probtrans.attention.gumbel import fused_relaxed_attention, relaxed_draw, relaxed_one_hot
-from probtrans.attention.registry import register_attention
+from probtrans.attention.kinds import register_attention
+from probtrans.attention.multihead import MultiHeadAttention, masked_logits
 from probtrans.contract import fused_attention_enabled, sample_attention
 from probtrans.specs.attention import HierarchicalOptions
 

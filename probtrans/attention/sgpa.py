@@ -12,7 +12,8 @@ Two kinds:
 head, M_g learnable global inducing locations Z_g give the global keys k_g = G(Z_g) W_qk. The
 whitened global inducing variables are ONE global Pyro sample site per layer, ``{module}.u_g``
 (e.g. ``encoder.layers.0.attn.u_g``), event shape (H, d_head, M_g), prior N(0, I); its guide is
-chosen by name (``guide.inducing``: cholesky / diagonal / delta, :mod:`probtrans.gp.guides`).
+chosen by name (``guide.inducing``: cholesky / diagonal / delta,
+:mod:`probtrans.gp.inducing_guides`).
 Given u_g, the output is the local, self-guided site ``{module}.f`` (event (H, d_head, T)), the
 conditional p(F | u_g) of :mod:`probtrans.gp.decoupled`: its guide is itself, as in any SVGP
 where q(f, u) = p(f | u) q(u). The amortised part of the decoupled KL enters the ELBO through
@@ -79,8 +80,8 @@ import torch.nn.functional as F
 from pyro.nn import PyroSample
 from torch import Tensor, nn
 
-from probtrans.attention.base import MultiHeadAttention, check_tokens
-from probtrans.attention.registry import register_attention
+from probtrans.attention.kinds import register_attention
+from probtrans.attention.multihead import MultiHeadAttention, check_tokens
 from probtrans.contract import autocast_off, full_precision, kl_term, sample_attention
 from probtrans.gp.decoupled import decoupled_conditional
 from probtrans.gp.kernels import head_kernel
@@ -141,7 +142,7 @@ class SGPAttention(KernelAttention):
 
     ``u_g`` is global: a model draws it outside its data plate by reading ``layer.u_g`` once
     before the plate (the ``PyroSample`` keeps the draw for the rest of the call), as
-    :meth:`probtrans.model.Classifier.sample_globals` does. Inside a vectorised plate of size S
+    :meth:`probtrans.classifier.Classifier.sample_globals` does. Inside a vectorised plate of size S
     (at dim −2, the data plate at −1) it is drawn with shape (S, 1, H, d_head, M_g), and the
     layer's output gets that sample dimension: (S, B, T, D).
     """

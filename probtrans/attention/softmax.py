@@ -7,8 +7,8 @@ from typing import Any
 
 from torch import Tensor
 
-from probtrans.attention.base import MultiHeadAttention, scaled_dot_product
-from probtrans.attention.registry import register_attention
+from probtrans.attention.kinds import register_attention
+from probtrans.attention.multihead import MultiHeadAttention, scaled_dot_product
 from probtrans.specs.attention import SoftmaxOptions
 
 

@@ -14,9 +14,9 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor
 
-from probtrans.attention.base import MultiHeadAttention, masked_logits
 from probtrans.attention.gumbel import fused_relaxed_attention, relaxed_one_hot
-from probtrans.attention.registry import register_attention
+from probtrans.attention.kinds import register_attention
+from probtrans.attention.multihead import MultiHeadAttention, masked_logits
 from probtrans.contract import fused_attention_enabled, sample_attention
 from probtrans.specs.attention import StochasticOptions
 

@@ -7,5 +7,5 @@
 
 A backbone is found and loaded by :mod:`probtrans.hub` (hub id or folder, ``transformers``'
 auto classes, offline-safe); the classifier around it is
-:class:`probtrans.model.BackboneClassifier`.
+:class:`probtrans.classifier.BackboneClassifier`.
 """

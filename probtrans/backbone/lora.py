@@ -5,7 +5,7 @@ An adapted map is h = W x + b + (α / r) B A x with the pretrained W, b (frozen 
 B (d_out, r); B starts at zero, so the adapted model starts as the pretrained one, and A as in
 the LoRA paper (Kaiming-uniform). :class:`LoRALinear` is a ``PyroModule``: with ``[model.prior]
 weights = "lora"`` its ``lora_a`` and ``lora_b`` become ``PyroSample`` sites with Normal priors
-(:class:`probtrans.model.BackboneClassifier`), so any weight guide over them — MAP, mean-field,
+(:class:`probtrans.classifier.BackboneClassifier`), so any weight guide over them — MAP, mean-field,
 low-rank, Laplace — is Bayesian fine-tuning of the adapters (mean-field: BLoB, Wang et al.
 2024).
 """

@@ -8,7 +8,7 @@ registry (``AttentionInterface``; the private names involved are wrapped in
 ``"probtrans"`` (with the padding mask of ``"sdpa"``), and sets it on the model: in a block
 given a probtrans attention layer (held as the block's attribute ``attn``) that layer forms the
 weights from the block's pretrained queries, keys and values
-(:meth:`~probtrans.attention.base.MultiHeadAttention.attend_projected`), and every other block
+(:meth:`~probtrans.attention.multihead.MultiHeadAttention.attend_projected`), and every other block
 runs PyTorch's scaled dot-product attention as before. The pretrained query, key, value and
 output projections are kept, so softmax attention swapped in gives the model's own outputs.
 
@@ -233,7 +233,7 @@ def swap_attention(
 @torch.no_grad()
 def start_from_pretrained(model: nn.Module, **inputs: Tensor) -> None:
     """Give the swapped layers of ``model`` initial values from the pretrained model itself
-    (:meth:`~probtrans.attention.base.MultiHeadAttention.start_from`: H-STO's centroids from
+    (:meth:`~probtrans.attention.multihead.MultiHeadAttention.start_from`: H-STO's centroids from
     its keys, SGPA's inducing locations from its tokens): ``model(**inputs)`` runs once with
     its own attention, and each swapped block's input tokens are given to its layer."""
     swapped = [b for b in attention_blocks(model) if LAYER in b.module._modules]

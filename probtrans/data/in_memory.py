@@ -10,8 +10,8 @@ seeded (:func:`split_rows`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Sequence, Sized
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -23,12 +23,10 @@ from probtrans.specs.base import check_seed
 from probtrans.specs.model import SET_NAME_PATTERN
 from probtrans.summary import is_ood_split, ood_sets
 
-if TYPE_CHECKING:
-    from probtrans.data.bundle import DataSplit
-
 #: the label of a row without a class: out-of-domain data, inputs to predict
 NO_LABEL = -1
 SET_NAME = re.compile(SET_NAME_PATTERN)
+Split = TypeVar("Split", bound=Sized)  # a DataSplit (not imported: the bundle imports this module)
 
 
 def named_sets(ood: Any, where: str) -> dict[str, Any]:
@@ -46,7 +44,7 @@ def named_sets(ood: Any, where: str) -> dict[str, Any]:
     return dict(ood)
 
 
-def arranged_splits(splits: dict[str, DataSplit]) -> dict[str, Any]:
+def arranged_splits(splits: dict[str, Split]) -> dict[str, Any]:
     """``train``, ``val``, ``test`` and the ``ood:NAME`` splits as DataBundle's arguments."""
     return {s: splits[s] for s in ("train", "val", "test")} | {"ood": ood_sets(splits)}
 
@@ -225,7 +223,7 @@ def split_rows(
     return rows
 
 
-def split_description(source: str, splits: dict[str, DataSplit], rows: dict, seed: int) -> dict:
+def split_description(source: str, splits: dict[str, Split], rows: dict, seed: int) -> dict:
     return {
         "source": source,
         "sizes": {s: len(split) for s, split in splits.items()},

@@ -6,7 +6,7 @@ from probtrans.gp.decoupled import (
     decoupled_conditional,
     decoupled_conditional_reference,
 )
-from probtrans.gp.guides import INDUCING_GUIDES, AutoInducingCholesky
+from probtrans.gp.inducing_guides import INDUCING_GUIDES, AutoInducingCholesky
 from probtrans.gp.kernels import ExponentialKernel, gram, head_kernel
 from probtrans.gp.linalg import decouple_padding, jittered_cholesky
 from probtrans.gp.standard import StandardPosterior, standard_posterior

@@ -7,11 +7,12 @@ A guide given in Python (:func:`given_guide`) takes the place of the named ones:
 The guide covers the global sites of the self-guided model (:func:`~probtrans.inference.
 objective.self_guided`): the weight guide named by ``guide.name`` (:data:`probtrans.guides.GUIDES`)
 on the weights that carry priors, and the guide named by ``guide.inducing``
-(:data:`probtrans.gp.guides.INDUCING_GUIDES`) on the inducing variables of SGPA layers, combined
-in an ``AutoGuideList`` when there are both. An autoguide creates its parameters on its first
-call; :func:`build_guide` makes that call on an example batch, so the guide's ``parameters()`` and
-``state_dict()`` are complete when it is returned (to be optimised or loaded). The guide keeps its
-parameters in its modules wherever it is called (:func:`probtrans.contract.keep_params_local`).
+(:data:`probtrans.gp.inducing_guides.INDUCING_GUIDES`) on the inducing variables of SGPA layers,
+combined in an ``AutoGuideList`` when there are both. An autoguide creates its parameters on its
+first call; :func:`build_guide` makes that call on an example batch, so the guide's
+``parameters()`` and ``state_dict()`` are complete when it is returned (to be optimised or
+loaded). The guide keeps its parameters in its modules wherever it is called
+(:func:`probtrans.contract.keep_params_local`).
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ from pyro.infer.autoguide import AutoGuide, AutoGuideList
 from torch import Tensor, nn
 
 from probtrans.attention import inducing_sites
+from probtrans.classifier import Classifier
 from probtrans.contract import keep_params_local, local_params
 from probtrans.data import DataSplit
 from probtrans.errors import ProbtransError
-from probtrans.gp.guides import INDUCING_GUIDES
+from probtrans.gp.inducing_guides import INDUCING_GUIDES
 from probtrans.guides import GUIDES
 from probtrans.inference.objective import self_guided
-from probtrans.model import Classifier
 from probtrans.specs import GuideSpec
 
 #: a guide given in Python: a Pyro guide, or a factory ``model -> guide`` (e.g. an autoguide class)

@@ -25,7 +25,7 @@ Delta draws of auxiliary Normal sites) and KL_amortised is the sum of the ``kl_t
 For a delta (MAP) guide log q = 0, so "KL" is −log p(W).
 
 With ``elbo.kl_scale = "authors"`` (:meth:`KLWeight.from_spec`) the global inducing sites of SGPA
-(:func:`probtrans.attention.base.inducing_sites`, e.g. ``encoder.layers.0.attn.u_g``) get β·N
+(:func:`probtrans.attention.multihead.inducing_sites`, e.g. ``encoder.layers.0.attn.u_g``) get β·N
 instead, N the training-set size, and nothing else changes. With β = 1 the loss divided by N is
 then the loss of Chen & Li (ICLR 2023): mean NLL over the batch + KL(q(u_g) ‖ p(u_g)) + the
 batch mean of the amortised KL, plus KL(q(W) ‖ p(W)) / N for weight priors (e.g. the Normal

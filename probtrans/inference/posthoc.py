@@ -32,12 +32,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from probtrans.classifier import BackboneClassifier, Classifier
 from probtrans.data import DataBundle, DataSplit
 from probtrans.errors import ConfigError, ProbtransError
 from probtrans.inference.laplace import LastLayerLaplace
 from probtrans.inference.predictive import sample_predictive
 from probtrans.metrics import nll
-from probtrans.model import BackboneClassifier, Classifier
 from probtrans.specs import PredictiveSpec
 from probtrans.specs.inference import POSTHOC
 from probtrans.stopwatch import Stopwatch

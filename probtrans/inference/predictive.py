@@ -23,11 +23,11 @@ from pyro.infer import Predictive
 from torch import Tensor, nn
 
 from probtrans.attention import attention_sites, inducing_sites
+from probtrans.classifier import Classifier
 from probtrans.contract import local_params
 from probtrans.data import DataSplit
 from probtrans.elpd import arviz
 from probtrans.inference.objective import self_guided
-from probtrans.model import Classifier
 from probtrans.progress import progress_bar
 
 az = arviz()
@@ -94,8 +94,8 @@ def sample_predictive(
     ``Predictive`` adds to every call.
 
     The R replicas of one draw in a pass share what the classifier computes before its first
-    randomness (:meth:`~probtrans.model.PyroClassifier.replicas_shared`: a pretrained backbone's
-    lower blocks run once for them).
+    randomness (:meth:`~probtrans.classifier.PyroClassifier.replicas_shared`: a pretrained
+    backbone's lower blocks run once for them).
 
     ``mc_dropout=True`` keeps dropout on (MC dropout, Gal & Ghahramani 2016) and nothing else of
     training mode. ``progress=True`` shows a bar over the batches.

@@ -66,6 +66,7 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from probtrans.checkpoint import load_checkpoint, require, save_checkpoint
+from probtrans.classifier import Classifier
 from probtrans.contract import caller_random_state, local_params, outputs_unrecorded
 from probtrans.data import DataBundle
 from probtrans.distributed import Processes, current
@@ -82,7 +83,6 @@ from probtrans.inference.objective import (
 from probtrans.inference.predictive import sample_predictive
 from probtrans.inference.training_log import open_log
 from probtrans.metrics import ranked_metric
-from probtrans.model import Classifier
 from probtrans.progress import progress_bar
 from probtrans.pyro_internals import ParamsUnsent, quiet_reads
 from probtrans.specs import InferenceSpec, OptimSpec

@@ -24,6 +24,7 @@ import pyro
 
 from probtrans import distributed
 from probtrans.checkpoint import save_checkpoint
+from probtrans.classifier import build_classifier
 from probtrans.contract import caller_random_state, float32_default
 from probtrans.data import DataBundle, load_data
 from probtrans.errors import ConfigError, ProbtransError, in_file
@@ -33,7 +34,6 @@ from probtrans.inference.posthoc import check_posthoc
 from probtrans.inference.train import BestState, Resumable, TrainingDiverged, train_classifier
 from probtrans.io import remove_temporary_files, write_json
 from probtrans.lock import folder_lock
-from probtrans.model import build_classifier
 from probtrans.progress import no_thread_left
 from probtrans.resolve import (
     as_backbone_reads,

@@ -8,10 +8,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from probtrans.classifier import Classifier
 from probtrans.data import DataBundle, DataSplit
 from probtrans.data.tokenizer import pad_id
 from probtrans.errors import ProbtransError
-from probtrans.model import Classifier
 
 
 def new_inputs(

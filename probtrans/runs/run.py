@@ -20,6 +20,7 @@ from torch import nn
 from probtrans import metrics
 from probtrans.attention import inducing_sites
 from probtrans.checkpoint import UnreadableCheckpoint, load_checkpoint, require
+from probtrans.classifier import Classifier, build_classifier
 from probtrans.contract import (
     SteppedRandomState,
     caller_random_state,
@@ -35,7 +36,6 @@ from probtrans.hub import kept_backbone
 from probtrans.inference.guide import build_guide, guide_in_words
 from probtrans.inference.predictive import posterior_draws, sample_predictive
 from probtrans.io import DamagedFile, TemporaryFolder, read_json
-from probtrans.model import Classifier, build_classifier
 from probtrans.prediction import prediction_columns
 from probtrans.progress import no_thread_left
 from probtrans.resolve import load_inference_spec, load_model_spec, spec_folder

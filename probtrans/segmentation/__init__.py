@@ -6,11 +6,11 @@ the last layer is a Gaussian mixture with one unit per pixel, so when an annotat
 correct label of a few pixels, the fix propagates to the others by EM (Eq. 35–38).
 
 Modules: :mod:`~probtrans.segmentation.spec` (the spec file), :mod:`~probtrans.segmentation.data`
-(noisy inputs and pixel labels), :mod:`~probtrans.segmentation.model` (the model and its
+(noisy inputs and pixel labels), :mod:`~probtrans.segmentation.segmenter` (the model and its
 training), :mod:`~probtrans.segmentation.corrections` (the corrections curve).
 """
 
-from probtrans.segmentation.model import SegmentationModel, train_segmentation
+from probtrans.segmentation.segmenter import SegmentationModel, train_segmentation
 from probtrans.segmentation.spec import SegmentationSpec, SegNetSpec, load_segmentation_spec
 
 __all__ = [

@@ -28,7 +28,7 @@ from probtrans.checkpoint import load_cached, save_checkpoint
 from probtrans.errors import ProbtransError
 from probtrans.io import save_png, write_json
 from probtrans.segmentation.data import SegmentationData, load_segmentation_data
-from probtrans.segmentation.model import SegmentationModel, correct, train_segmentation
+from probtrans.segmentation.segmenter import SegmentationModel, correct, train_segmentation
 from probtrans.segmentation.spec import N_PIXELS, CorrectionSpec, SegmentationSpec
 
 

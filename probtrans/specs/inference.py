@@ -33,7 +33,7 @@ class GuideSpec(Spec):
     """lowrank, sites = "auto": nets with more latent dimensions get it on the last layer."""
     inducing: str = "cholesky"
     """Guide of the whitened SGPA inducing variables u_g, registered in
-    ``probtrans.gp.guides.INDUCING_GUIDES``."""
+    ``probtrans.gp.inducing_guides.INDUCING_GUIDES``."""
     inducing_init_scale: Positive = 0.1
     """Initial standard deviation of the cholesky and diagonal u_g guides."""
 

@@ -10,7 +10,7 @@ Schema, ``describe`` and :mod:`probtrans.nn` at once.
 
 from __future__ import annotations
 
-from probtrans.attention.base import MultiHeadAttention
+from probtrans.attention.multihead import MultiHeadAttention
 from probtrans.registry import Registry
 from probtrans.specs.attention import ATTENTION_OPTIONS, attention_kind, kind_of
 

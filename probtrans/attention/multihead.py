@@ -8,7 +8,7 @@ tau=0.5)``; the options are checked by the options class and kept as ``layer.opt
 Stochastic kinds draw their weights as self-guided Pyro sample sites
 (:func:`probtrans.contract.sample_attention`). A layer is a ``PyroModule``, so its sites are
 named after where it sits in the model: ``encoder.layers.0.attn.a_v`` in a
-:class:`~probtrans.model.Classifier`, ``attn1.a_v`` as the attribute ``attn1`` of a user's
+:class:`~probtrans.classifier.Classifier`, ``attn1.a_v`` as the attribute ``attn1`` of a user's
 ``PyroModule``, ``a_v`` on its own.
 
 Extra batch dimensions. A layer takes x (*S, B, L, d_model) with a mask (B, L): the dimensions
