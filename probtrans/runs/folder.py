@@ -84,7 +84,7 @@ RUN_FILES = frozenset(
         *DATA_FILES,
     }
 )
-#: the fitted feature-space scores (:class:`probtrans.feature_scores.FeatureDensity`)
+#: the fitted feature-space scores (:class:`probtrans.feature_scores.FittedScores`)
 FEATURE_FILE = "feature_scores.npz"
 #: the resume file of a staging folder
 RESUME = "resume.pt"
