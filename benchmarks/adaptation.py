@@ -45,12 +45,12 @@ import torch
 from matplotlib.figure import Figure
 
 import probtrans
-from probtrans import metrics
+from probtrans.analysis import metrics
 from probtrans.data import DataSplit
 from probtrans.data.corruptions import CORRUPTIONS, SEVERITIES, corrupt
 from probtrans.inference.predictive import sample_predictive
-from probtrans.io import save_png
 from probtrans.runs import Run
+from probtrans.storage.io import save_png
 from probtrans.tta import AdaptationOptions, EmOptions, TentOptions, adapted_predictive
 
 ROOT = Path(__file__).resolve().parents[1]

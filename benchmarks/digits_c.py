@@ -24,9 +24,9 @@ from matplotlib.figure import Figure
 
 import probtrans
 from probtrans.data.corruptions import CORRUPTIONS, SEVERITIES
-from probtrans.io import read_json, save_png
 from probtrans.runs import evaluate_run
 from probtrans.specs.model import OodSetSpec
+from probtrans.storage.io import read_json, save_png
 
 ROOT = Path(__file__).resolve().parents[1]
 #: method → (model spec, inference spec, predictive variant)

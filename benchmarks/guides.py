@@ -31,7 +31,7 @@ from pyro.infer.autoguide import (
 from torch.distributions import constraints
 
 import probtrans
-from probtrans.elpd import POINT_MASS, UNRELIABLE
+from probtrans.analysis.elpd import POINT_MASS, UNRELIABLE
 from probtrans.runs import evaluate_run
 
 

@@ -29,9 +29,10 @@ from pyro.infer import Trace_ELBO
 
 from probtrans.classifier import build_classifier
 from probtrans.data import DataSplit, load_data
-from probtrans.inference.guide import build_guide
+from probtrans.inference.guide_builder import build_guide
 from probtrans.inference.objective import self_guided
 from probtrans.resolve import load_model_spec
+from probtrans.runtime.stopwatch import duration
 from probtrans.specs import GuideSpec
 
 SPEC = Path(__file__).resolve().parents[1] / "models" / "imdb" / "h_sto.toml"
@@ -98,8 +99,8 @@ def main() -> None:
     classifier = build_classifier(spec, data)
     grouped = mean_step_seconds(data.train, classifier, args.steps, by_length=True)
     print(f"\nH-STO SVI step, batch {BATCH}, mean of {args.steps} steps")
-    print(f"  plain batches     {plain:6.3f} s")
-    print(f"  grouped batches   {grouped:6.3f} s")
+    print(f"  plain batches     {duration(plain):>9}")
+    print(f"  grouped batches   {duration(grouped):>9}")
     print(f"  grouped / plain   {grouped / plain:6.2f}×")
 
 

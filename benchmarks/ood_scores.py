@@ -1,7 +1,7 @@
 """Which uncertainty score flags what a model has not seen? Every score's OOD AUROC, measured.
 
 Fits (or reuses) two runs and prints the AUROC of every uncertainty score of
-``probtrans.metrics.UNCERTAINTY_SCORES`` against every out-of-domain set, then each score's
+``probtrans.analysis.metrics.UNCERTAINTY_SCORES`` against every out-of-domain set, then each score's
 mean rank over all (run, set) pairs, the evidence for ``[predictive] ood_score``:
 
 - digits (``models/digits/h_sto.toml``, ``inference/map.toml``): the held-out classes 8 and 9
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
+from probtrans.analysis.metrics import UNCERTAINTY_SCORES
 from probtrans.data.corruptions import CORRUPTIONS
-from probtrans.io import read_json
-from probtrans.metrics import UNCERTAINTY_SCORES
+from probtrans.storage.io import read_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,7 +85,7 @@ def fitted(out: Path, which: str, device: str) -> dict:
 
 
 def same_specs(checkpoint: Path, model: Path, inference: Path) -> bool:
-    from probtrans.checkpoint import load_checkpoint
+    from probtrans.storage.checkpoint import load_checkpoint
 
     state = load_checkpoint(checkpoint)
     return state["model_spec"] == model.read_text() and state["inference_spec"] == (

@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 import probtrans
-from probtrans.io import write_text
+from probtrans.storage.io import write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "benchmarks" / "readme_figures.md"

@@ -31,11 +31,11 @@ from pathlib import Path
 
 import torch
 
-from probtrans import distributed
 from probtrans.classifier import build_classifier
 from probtrans.data import DataBundle
 from probtrans.inference.train import SVITraining
 from probtrans.resolve import load_inference_spec, load_model_spec
+from probtrans.runtime import distributed
 from probtrans.specs import updated
 
 ROOT = Path(__file__).resolve().parents[1]

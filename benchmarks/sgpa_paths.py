@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
 
 import numpy as np
 import pyro
 import torch
 
 import probtrans.attention.sgpa as sgpa
-from probtrans import Run, metrics
+from probtrans import Run
+from probtrans.analysis import metrics
 from probtrans.data.bundle import DataSplit
-from probtrans.gp.decoupled import decoupled_conditional_reference
 from probtrans.inference.predictive import sample_predictive
 
 SEED = 0
@@ -38,12 +37,12 @@ def first_rows(split: DataSplit, n: int) -> DataSplit:
 
 
 def predictive(
-    run: Run, part: DataSplit, conditional: Callable, draws: dict[str, torch.Tensor]
+    run: Run, part: DataSplit, conditional: str, draws: dict[str, torch.Tensor]
 ) -> np.ndarray:
     """Probabilities (S, N, C) on the posterior ``draws`` (site → (S, ...)) with the SGPA layers'
-    decoupled conditional set to ``conditional`` for this call only."""
-    kept = sgpa.decoupled_conditional
-    sgpa.decoupled_conditional = conditional
+    decoupled conditional on the path ``conditional`` (:mod:`probtrans.runtime.paths`)."""
+    kept = run.classifier.paths
+    run.classifier.paths = {**kept, "sgpa_conditional": conditional}
     try:
         samples = len(next(iter(draws.values())))
         pyro.set_rng_seed(SEED)  # the local randomness, as in evaluation
@@ -51,7 +50,7 @@ def predictive(
         out = sample_predictive(run.classifier, None, part, samples, batch, run.device, draws=draws)
         return out["probs"]
     finally:
-        sgpa.decoupled_conditional = kept
+        run.classifier.paths = kept
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -69,10 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     labels = part.labels.numpy()
     draws = run.posterior_samples(args.samples, SEED)  # the same for both paths
     probs = {}
-    for name, conditional in (
-        ("fast", sgpa.decoupled_conditional),
-        ("float64", decoupled_conditional_reference),
-    ):
+    for name, conditional in (("fast", "factored"), ("float64", "float64")):
         start = time.perf_counter()
         probs[name] = predictive(run, part, conditional, draws)
         mean = probs[name].mean(0)

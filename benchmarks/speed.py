@@ -7,8 +7,8 @@ The scale is H-STO's IMDB setting (Pei et al. 2022): batch 128, sequence length 
 1. One attention layer, forward + backward, as ratios to deterministic fused attention
    (``softmax``, PyTorch's ``scaled_dot_product_attention``): STO and H-STO on their fused path
    (as in training) and on the site path (Pyro sample sites, as when attention is recorded),
-   and decoupled SGPA, with its float32 remainder (``probtrans.gp.residual``) and with the
-   all-float64 conditional it replaced (issue 37).
+   and decoupled SGPA on the paths its device takes (``probtrans.runtime.paths``, printed in the
+   header; ``benchmarks/paths.py`` times each) and with the all-float64 conditional.
 2. One training step of the full 1-layer H-STO IMDB network (``models/imdb/h_sto.toml``, MAP
    guide): the SVI step of ``probtrans fit`` (self-guided model, ``AutoDelta``, Trace_ELBO,
    Adam), the same computation written in plain PyTorch (same modules, loss N/B·CE − log p(W)),
@@ -32,10 +32,11 @@ The scale is H-STO's IMDB setting (Pei et al. 2022): batch 128, sequence length 
 
 Each case runs in its own process; "peak MiB" is that process's peak resident memory above
 what it held once its inputs were built. With ``--device cuda`` every case runs on the GPU
-(modules, inputs and labels on it; ``predict`` moves each batch there), the clock is read after
-``torch.cuda.synchronize()``, and "peak GPU MiB" is the case's peak allocated GPU memory above
-what was allocated once its inputs were built. Times are medians over ``--repeats`` runs (more
-for a short step, until they take 2 s in all) after warm-up runs of 0.5 s (at least one).
+(modules, inputs and labels on it; ``predict`` moves each batch there), all in this process, the
+clock is read after ``torch.cuda.synchronize()``, and "peak GPU MiB" is the case's peak
+allocated GPU memory above what was allocated once its inputs were built. Times are medians
+over ``--repeats`` runs (more for a short step, until they take 2 s in all) after warm-up runs
+of 0.5 s (at least one).
 
     python benchmarks/speed.py                # 2-core CPU: about 6 min, then the goals' pairs
     python benchmarks/speed.py --repeats 3 --examples 256
@@ -45,6 +46,8 @@ for a short step, until they take 2 s in all) after warm-up runs of 0.5 s (at le
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import json
 import os
 import platform
@@ -63,12 +66,10 @@ from pyro import poutine
 from pyro.infer import Predictive, Trace_ELBO
 from torch import nn
 
-import probtrans.attention.sgpa
 from probtrans.classifier import PatchEmbedding, TokenEmbedding, build_classifier
 from probtrans.contract import fused_attention
 from probtrans.data import DataBundle, DataSplit, load_data
-from probtrans.gp import decoupled_conditional_reference
-from probtrans.inference.guide import build_guide
+from probtrans.inference.guide_builder import build_guide
 from probtrans.inference.objective import self_guided
 from probtrans.inference.predictive import sample_predictive
 from probtrans.inference.train import SVITraining
@@ -80,6 +81,8 @@ from probtrans.nn import (
     StochasticAttention,
 )
 from probtrans.resolve import load_inference_spec, load_model_spec
+from probtrans.runtime.paths import paths_for, use_paths
+from probtrans.runtime.stopwatch import duration
 from probtrans.specs import GuideSpec, InferenceSpec, ModelSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -313,11 +316,15 @@ def svi_step(device: str) -> Callable[[], None]:
     return step
 
 
+#: the paths this case's process takes where it chooses one (each case runs in its own process)
+PROCESS_PATHS = contextlib.ExitStack()
+
+
 def use_float64_conditional() -> None:
     """Make SGPA layers (in this case's process) compute their decoupled conditional in float64
     throughout, T × T matrices included: the path before issue 37, kept as the tests'
-    reference."""
-    probtrans.attention.sgpa.decoupled_conditional = decoupled_conditional_reference
+    reference and as the ``"float64"`` path (:mod:`probtrans.runtime.paths`)."""
+    PROCESS_PATHS.enter_context(use_paths(sgpa_conditional="float64"))
 
 
 def svi_sgpa_step(device: str, float64: bool = False) -> Callable[[], None]:
@@ -388,7 +395,10 @@ CASES: dict[str, tuple[str, Callable[[int, str], Callable[[], None]]]] = {
     "attn_h_sto": ("H-STO, fused path", lambda n, d: attention_layer("h_sto", True, d)),
     "attn_sto_site": ("STO, site path", lambda n, d: attention_layer("sto", False, d)),
     "attn_h_sto_site": ("H-STO, site path", lambda n, d: attention_layer("h_sto", False, d)),
-    "attn_sgpa": ("SGPA decoupled (M_g = 16)", lambda n, d: attention_layer("sgpa", False, d)),
+    "attn_sgpa": (
+        "SGPA, the device's paths (M_g = 16)",
+        lambda n, d: attention_layer("sgpa", False, d),
+    ),
     "attn_sgpa_float64": (
         "SGPA, all-float64 conditional",
         lambda n, d: attention_layer("sgpa_float64", False, d),
@@ -447,7 +457,16 @@ def run_case(name: str, repeats: int, examples: int, device: str) -> dict[str, f
 
 
 def measure(name: str, repeats: int, examples: int, device: str) -> dict[str, float]:
-    """Run one case in a fresh process, so that its peak memory is its own."""
+    """Run one case: on the CPU in a fresh process, so that its peak resident memory is its own;
+    on a GPU in this process, whose peak allocated memory is reset per case (a fresh process
+    took some 16 s a case on an H200, its imports and CUDA's start: the whole benchmark did not
+    fit a 15-minute loan)."""
+    if device == "cuda":
+        pyro.clear_param_store()
+        result = run_case(name, repeats, examples, device)
+        gc.collect()  # the case's modules and inputs, before the next one's peak
+        torch.cuda.empty_cache()
+        return result
     command = [sys.executable, __file__, "--case", name, "--repeats", str(repeats)]
     command += ["--examples", str(examples), "--device", device]
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
@@ -486,13 +505,14 @@ def main(argv: list[str] | None = None) -> None:
         f"{torch.get_num_threads()} threads, median of {args.repeats} runs (short steps: "
         f"of {MIN_SECONDS:g} s of runs), after {WARMUP_SECONDS:g} s of warm-up"
     )
-    print(f"B = {BATCH}, L = {LENGTH}, D = 128, H = 8, d_h = 16; predictive N = {args.examples}\n")
+    print(f"B = {BATCH}, L = {LENGTH}, D = 128, H = 8, d_h = 16; predictive N = {args.examples}")
+    print(f"paths on {args.device} (probtrans.runtime.paths): {paths_for(args.device)}\n")
     peak = "peak GPU" if args.device == "cuda" else "peak"
     results = {}
     for name, (label, _) in CASES.items():
         results[name] = measure(name, args.repeats, args.examples, args.device)
         print(
-            f"  {label:<32} {results[name]['seconds']:8.3f} s  "
+            f"  {label:<32} {duration(results[name]['seconds']):>9}  "
             f"{peak} {results[name]['peak_mib']:7.0f} MiB",
             flush=True,
         )
@@ -505,8 +525,8 @@ def main(argv: list[str] | None = None) -> None:
         ("SVI H-STO step / plain deterministic step", "step_svi_h_sto", "step_plain_softmax"),
         ("SVI H-STO step / plain H-STO step", "step_svi_h_sto", "step_plain_h_sto"),
         ("digits: SVI step / plain step", "step_svi_digits", "step_plain_digits"),
-        ("SGPA layer: fast / float64 conditional", "attn_sgpa", "attn_sgpa_float64"),
-        ("IMDB SGPA step: fast / float64 conditional", "step_svi_sgpa", "step_svi_sgpa_float64"),
+        ("SGPA layer: device's paths / float64 conditional", "attn_sgpa", "attn_sgpa_float64"),
+        ("IMDB SGPA step: device's paths / float64", "step_svi_sgpa", "step_svi_sgpa_float64"),
         ("predict S = 10 / 10 sequential calls", "predict_vectorised", "predict_sequential"),
         ("predict S = 10 / pyro Predictive S = 10", "predict_vectorised", "predict_pyro"),
         (

@@ -49,11 +49,11 @@ import pyro
 import torch
 
 from probtrans.classifier import build_classifier
-from probtrans.contract import local_params
 from probtrans.data import DataBundle, load_data
 from probtrans.inference import objective as objective_module
 from probtrans.inference.train import SVITraining
 from probtrans.resolve import load_inference_spec, load_model_spec
+from probtrans.runtime.caller_state import local_params
 
 ROOT = Path(__file__).resolve().parents[1]
 #: model → (model spec, inference spec)

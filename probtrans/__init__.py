@@ -29,16 +29,16 @@ __version__ = "0.1.0"
 #: public name → the module that defines it (imported on first use)
 _API = {
     "fit": "probtrans.runs",
-    "compare_guides": "probtrans.guide_comparison",
+    "compare_guides": "probtrans.runs.guide_comparison",
     "Run": "probtrans.runs",
     "self_guided": "probtrans.inference.objective",
     "DataBundle": "probtrans.data",
     "swap_attention": "probtrans.backbone.swap",
     "to_inference_data": "probtrans.inference.arviz_data",
-    "ece": "probtrans.metrics",
-    "ood_detection": "probtrans.metrics",
-    "ood_report": "probtrans.metrics",
-    "heldout_elpd": "probtrans.elpd",
+    "ece": "probtrans.analysis.metrics",
+    "ood_detection": "probtrans.analysis.metrics",
+    "ood_report": "probtrans.analysis.metrics",
+    "heldout_elpd": "probtrans.analysis.elpd",
 }
 
 __all__ = [*_API, "nn", "__version__"]

@@ -1,8 +1,8 @@
 """The Pyro classifier: p(y | x, W, â) = Categorical(softmax(head(pool(encoder(embed(x)))))).
 
 The whole network is here: embeddings of images (patches) or token ids, an optional [CLS]
-token, the transformer :class:`~probtrans.encoder.Encoder` (its blocks and attention layers are
-the public :mod:`probtrans.nn`), pooling, and the head.
+token, the transformer :class:`~probtrans.attention.encoder.Encoder` (its blocks and attention
+layers are the public :mod:`probtrans.nn`), pooling, and the head.
 
 Random variables of the model:
 - attention weights â of stochastic attention kinds, local sites inside the ``data`` plate;
@@ -19,6 +19,7 @@ import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import pyro
 import pyro.distributions as dist
@@ -29,18 +30,21 @@ from pyro.poutine.runtime import am_i_wrapped, get_plates
 from torch import Tensor, nn
 
 from probtrans.attention import MultiHeadAttention
+from probtrans.attention.encoder import Encoder
 from probtrans.backbone.families import lora_targets, max_positions
 from probtrans.backbone.lora import FACTORS, add_lora
 from probtrans.backbone.replicas import once_below_randomness
 from probtrans.backbone.swap import sampled_blocks, start_from_pretrained, swap_blocks
-from probtrans.contract import full_precision, local_params, outputs_recorded
+from probtrans.contract import outputs_recorded
 from probtrans.data import DataBundle
-from probtrans.encoder import Encoder
 from probtrans.errors import ConfigError, ProbtransError
+from probtrans.gp.sngp import RandomFeatures, median_distance, spectral_normalise
 from probtrans.hub import Backbone, load_backbone, resolve_backbone
-from probtrans.pyro_internals import DeepPyroModule, pyro_sample_names
+from probtrans.internals.pyro import DeepPyroModule, pyro_sample_names
 from probtrans.resolve import spec_folder
-from probtrans.sngp import RandomFeatures, median_distance, spectral_normalise
+from probtrans.runtime.caller_state import local_params
+from probtrans.runtime.paths import use_paths
+from probtrans.runtime.precision import full_precision
 from probtrans.specs import ModelSpec, NetworkSpec
 
 
@@ -109,9 +113,9 @@ class PyroClassifier(PyroModule):
     linear head's input), ``probs`` (B, C) and ``energy`` (B,) (not in the training objective:
     :func:`probtrans.contract.outputs_unrecorded`), and the likelihood ``obs``.
 
-    It is built under :func:`probtrans.contract.local_params`, so it can be called with Pyro's
-    parameters module-local or in the param store. A classifier whose weights carry priors is a
-    model, not a network: called outside any Pyro handler (no guide, no ``Predictive``, no
+    It is built under :func:`probtrans.runtime.caller_state.local_params`, so it can be called with
+    Pyro's parameters module-local or in the param store. A classifier whose weights carry priors
+    is a model, not a network: called outside any Pyro handler (no guide, no ``Predictive``, no
     ``condition``) it would draw its weights from the prior, so it refuses; ``Run.predict`` and
     ``Run.module`` are the trained network.
     """
@@ -124,6 +128,9 @@ class PyroClassifier(PyroModule):
         #: refuse a call outside any Pyro handler, which would draw the weights from their
         #: priors (off once the weights are fixed, as in ``Run.module``)
         self.refuses_prior_draws = False
+        #: the paths its calls take where an inference spec's ``[paths]`` overrides the device's
+        #: (:mod:`probtrans.runtime.paths`); set by ``train_classifier`` and ``Run``
+        self.paths: dict[str, Any] = {}
 
     def pretrained_parameters(self) -> list[nn.Parameter]:
         """The parameters that start from pretrained values and train (none: every weight of a
@@ -178,9 +185,10 @@ class PyroClassifier(PyroModule):
     def sample_globals(self) -> None:
         """Draw every global site (``PyroSample`` attributes: weight priors, inducing variables)
         once, outside the data plate; PyroModule caches the draws for the rest of the call.
-        The inducing variables come first, as in the guide (:func:`probtrans.inference.guide.
-        build_guide` puts their guide first): ``TraceMeanField_ELBO`` checks that the model and
-        the guide draw their common sites in one order, and warns with every site name if not."""
+        The inducing variables come first, as in the guide
+        (:func:`probtrans.inference.guide_builder.build_guide` puts their guide first):
+        ``TraceMeanField_ELBO`` checks that the model and the guide draw their common sites in one
+        order, and warns with every site name if not."""
         inducing = [
             (module, name)
             for module in self.modules()
@@ -227,19 +235,21 @@ class PyroClassifier(PyroModule):
                 f"probtrans.inference.predictive.sample_predictive and Run.predict, which batch "
                 f"the samples themselves"
             )
-        self.sample_globals()
-        size = len(inputs) if n_data is None else n_data
-        if index is None and size == len(inputs):  # the batch is the whole data set
-            index = torch.arange(size, device=inputs.device)
-        with pyro.plate("data", size, subsample_size=len(inputs), subsample=index):
-            features = self.feature_map(self.encode(inputs, mask))  # (B, D)
-            logits = full_precision(self.head(features))  # float32 in an autocast region
-            if outputs_recorded():  # not in the training objective
-                pyro.deterministic("features", features, event_dim=1)
-                pyro.deterministic("probs", logits.softmax(-1), event_dim=1)
-                pyro.deterministic("energy", -logits.logsumexp(-1))  # free energy (Liu et al. 2020)
-            pyro.sample("obs", dist.Categorical(logits=logits), obs=labels)
-        return logits
+        with use_paths(**self.paths):  # the spec's [paths], where it names any
+            self.sample_globals()
+            size = len(inputs) if n_data is None else n_data
+            if index is None and size == len(inputs):  # the batch is the whole data set
+                index = torch.arange(size, device=inputs.device)
+            with pyro.plate("data", size, subsample_size=len(inputs), subsample=index):
+                features = self.feature_map(self.encode(inputs, mask))  # (B, D)
+                logits = full_precision(self.head(features))  # float32 in an autocast region
+                if outputs_recorded():  # not in the training objective
+                    pyro.deterministic("features", features, event_dim=1)
+                    pyro.deterministic("probs", logits.softmax(-1), event_dim=1)
+                    energy = -logits.logsumexp(-1)  # free energy (Liu et al. 2020)
+                    pyro.deterministic("energy", energy)
+                pyro.sample("obs", dist.Categorical(logits=logits), obs=labels)
+            return logits
 
 
 def trains_backbone(net: NetworkSpec) -> bool:
@@ -264,7 +274,7 @@ def pooled(x: Tensor, mask: Tensor | None, pooling: str) -> Tensor:
 class Classifier(PyroClassifier):
     """The network of a ``[model]`` table trained here, as a Pyro model: logits =
     head(feature_map(pool(encoder(drop([CLS] + embedding(x)))))), ``head`` linear and
-    ``feature_map`` the identity or SNGP's random Fourier features (:mod:`probtrans.sngp`).
+    ``feature_map`` the identity or SNGP's random Fourier features (:mod:`probtrans.gp.sngp`).
 
     Args:
         net: the ``[model]`` table (:class:`~probtrans.specs.NetworkSpec`).
@@ -515,6 +525,13 @@ def build_backbone_classifier(
     lengthscale = None
     if measured and start:  # SNGP's ℓ at the scale of the pretrained features
         lengthscale = median_distance(pretrained_features(backbone, start, net.pooling))
+        if not lengthscale > 0:  # one training row, or rows whose features coincide
+            raise ConfigError(
+                f"model.head.lengthscale: unset, and the median distance between the pretrained "
+                f"features of {len(next(iter(start.values())))} training "
+                f"examples of {data.name} is {lengthscale}; the median heuristic needs two "
+                f"examples whose features differ: set model.head.lengthscale"
+            )
     classifier = BackboneClassifier(net, backbone, data.n_classes, image)
     if lengthscale is not None:
         classifier.feature_map.lengthscale.fill_(lengthscale)

@@ -8,8 +8,8 @@ command interrupted by Ctrl-C exits with status 130, one stopped by SIGTERM or S
 scheduler, ``timeout``) the same way with 143 or 129: the line says what was kept.
 
 ``fit`` and ``compare`` also run as N data-parallel processes started by ``torchrun
---nproc_per_node N -m probtrans ...`` (:mod:`probtrans.distributed`): rank 0 prints and writes,
-the other processes print only errors of their own. Any other command runs on rank 0 alone;
+--nproc_per_node N -m probtrans ...`` (:mod:`probtrans.runtime.distributed`): rank 0 prints and
+writes, the other processes print only errors of their own. Any other command runs on rank 0 alone;
 the other processes exit at once with status 0.
 """
 
@@ -28,9 +28,9 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from probtrans.analysis.metrics import UNCERTAINTY_SCORES
 from probtrans.errors import ConfigError, ProbtransError, refused_write
-from probtrans.io import STOP_SIGNALS
-from probtrans.metrics import UNCERTAINTY_SCORES
+from probtrans.storage.io import STOP_SIGNALS
 
 if TYPE_CHECKING:  # the command imports what it runs on first use
     from probtrans.runs import Run
@@ -51,32 +51,32 @@ def spec_path(path: str) -> Path:
 
 
 def warn_constant(scores: dict) -> None:
-    """A ``warning:`` line for each predictive of the run that gives one class to every
-    validation example (``metrics.json``'s ``constant_note``, per post-hoc variant)."""
-    from probtrans.report import variants
-    from probtrans.summary import CONSTANT_NOTE
+    """A ``warning:`` line for each predictive of the run (``metrics.json``'s content) that
+    gives one class to every validation example (its ``constant_note``)."""
+    from probtrans.analysis.results import RunMetrics
 
-    for variant in ["", *variants(scores)]:
-        note = scores.get(f"{variant}.{CONSTANT_NOTE}" if variant else CONSTANT_NOTE)
-        if note:
-            print(f"warning: the {variant or 'plain'} predictive: {note}", file=sys.stderr)
+    for name, predictive in RunMetrics.from_json(scores).predictives.items():
+        if predictive.constant_note:
+            print(f"warning: the {name} predictive: {predictive.constant_note}", file=sys.stderr)
 
 
 def print_metrics(scores: dict) -> None:
-    """The headline in-domain metrics (:func:`probtrans.summary.headline`; a key the run lacks,
-    ``disagreement`` of one sample, gets no row) of the plain, temperature-scaled and post-hoc
-    predictives side by side, then every out-of-domain set with every score, per predictive."""
-    from probtrans.report import OOD_NOTE, format_ood_table, format_run_table, variants
-    from probtrans.summary import headline
+    """The headline in-domain metrics (:func:`probtrans.analysis.summary.headline`; a key the run
+    lacks, ``disagreement`` of one sample, gets no row) of the plain, temperature-scaled and
+    post-hoc predictives of the run (``metrics.json``'s content) side by side, then every
+    out-of-domain set with every score, per predictive."""
+    from probtrans.analysis.report import OOD_NOTE, format_ood_table, format_run_table
+    from probtrans.analysis.results import RunMetrics
+    from probtrans.analysis.summary import headline
 
     print(format_run_table(scores, headline()))
-    if scores.get("ood"):
+    run = RunMetrics.from_json(scores)
+    if run.plain.ood:
         print(f"\n{OOD_NOTE}")
-    for variant in ["", *variants(scores)]:
-        ood = scores.get(f"{variant}.ood" if variant else "ood")
-        if ood:
-            first = scores.get("ood_score")
-            print(f"{variant or 'plain'} predictive:\n{format_ood_table(ood, first)}")
+    for name, predictive in run.predictives.items():
+        if predictive.ood:
+            first = run.run.get("ood_score")
+            print(f"{name} predictive:\n{format_ood_table(predictive.ood, first)}")
 
 
 def check_run_options(args: argparse.Namespace) -> None:
@@ -100,9 +100,9 @@ def ood_option(text: str) -> tuple[str, str]:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from probtrans.distributed import current
     from probtrans.runs import fit
     from probtrans.runs.folder import read_timing, run_name
+    from probtrans.runtime.distributed import current
 
     check_run_options(args)
     model, inference = spec_path(args.model), spec_path(args.inference)
@@ -181,8 +181,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     from probtrans.data.files import HF_PREFIX, check_data_file
     from probtrans.data.formats import find_format, formats, suffixes
-    from probtrans.prediction import write_predictions
     from probtrans.runs import load_run
+    from probtrans.runs.prediction import write_predictions
 
     check_run_options(args)
     local = args.input != "-" and not args.input.startswith(HF_PREFIX)
@@ -278,8 +278,8 @@ def predicted_table(run: Run, args: argparse.Namespace) -> tuple[Iterator[dict[s
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    from probtrans.describe import format_sites, site_table
     from probtrans.resolve import load_model_spec
+    from probtrans.runs.describe import format_sites, site_table
 
     spec = load_model_spec(spec_path(args.model))
     print(f"Pyro sample sites of {args.model} (traced on a batch of 2 training examples):")
@@ -288,7 +288,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from probtrans.compare import compare, cross_product, load_preset
+    from probtrans.runs.compare import compare, cross_product, load_preset
     from probtrans.specs import updated
 
     if args.preset:
@@ -556,7 +556,7 @@ def stop_signals_as_interrupts() -> Iterator[None]:
 def processes_of(args: argparse.Namespace) -> Iterator[bool]:
     """The process group of a command started by torchrun (yields whether this process is rank
     0, the one that prints); a command that runs as one process joins none."""
-    from probtrans import distributed
+    from probtrans.runtime import distributed
 
     if args.command not in DATA_PARALLEL:
         yield True

@@ -1,5 +1,5 @@
 """The contract between models and inference: which sites are self-guided, which are KL terms,
-when stochastic attention may take its fused path, and where parameters live.
+when stochastic attention may take its fused path, and which output sites training skips.
 
 Models emit sites through :func:`sample_attention` and :func:`kl_term`; the objective
 (:mod:`probtrans.inference.objective`) recognises them with :func:`is_self_guided` and
@@ -20,21 +20,6 @@ Models emit sites through :func:`sample_attention` and :func:`kl_term`; the obje
   the training objective reads none of them (their log-density is 0), so it computes them
   under :func:`outputs_unrecorded`, where the classifier skips the sites and the work of
   ``probs`` and ``energy``.
-- *Parameters live in their modules*: probtrans trains the parameters of its models and guides
-  with a PyTorch optimiser, so its own work runs under :func:`local_params` (Pyro's
-  ``module_local_params`` setting, scoped with ``pyro.settings.context``): nothing is read from or
-  written to the global param store, and nothing global changes. Models are built under it, so
-  they can then be called in either mode; the guides probtrans builds always keep their
-  parameters locally (:func:`keep_params_local`), so two runs in one session never share one.
-- *The caller's random state is the caller's*: probtrans seeds its own draws, and its public
-  entry points (``probtrans.fit``, ``Run.load``, ``Run.predict``, ``Run.posterior_samples``,
-  evaluation, ``train_classifier``) run under :func:`caller_random_state`, which saves the
-  global generators on entry and restores them on exit, so a call leaves them as it found them;
-  a generator (``Run.predict_chunks``) runs each of its steps so (:class:`SteppedRandomState`).
-- *Mixed precision*: training may run a model under ``torch.autocast`` (bfloat16); the parts
-  that must not be rounded to bfloat16 (SGPA's kernel matrices, Cholesky factors and GP
-  conditionals, the Gaussian-mixture units, SNGP's spectral norm and random features, the
-  classifier's logits) leave it with :func:`autocast_off` and compute in :func:`full_precision`.
 - *Attention sites are no guide's business*: an autoguide built on a model whose attention sites
   are visible would become a per-example guide over attention matrices; :func:`sample_attention`
   refuses that and names :func:`probtrans.self_guided`.
@@ -42,22 +27,19 @@ Models emit sites through :func:`sample_attention` and :func:`kl_term`; the obje
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
-from typing import Any
 
 import pyro
 import pyro.distributions as dist
 import torch
-from pyro.nn import PyroModule
 from pyro.poutine.block_messenger import BlockMessenger
 from pyro.poutine.runtime import get_plates
 from torch import Tensor
 
 from probtrans.errors import ProbtransError
-from probtrans.pyro_internals import handler_stack, is_prototype_block
+from probtrans.internals.pyro import handler_stack, is_prototype_block
 
 #: ``infer`` flag of sites whose guide is their own conditional distribution
 SELF_GUIDED = "probtrans_self_guided"
@@ -66,93 +48,6 @@ KL_TERM = "probtrans_kl_term"
 
 _FUSED: ContextVar[bool] = ContextVar("probtrans_fused_attention", default=False)
 _OUTPUTS: ContextVar[bool] = ContextVar("probtrans_output_sites", default=True)
-
-
-def local_params() -> AbstractContextManager[None]:
-    """Run with every ``PyroModule`` keeping its parameters in the module (Pyro's
-    ``module_local_params``), for this block only; also a decorator."""
-    return pyro.settings.context(module_local_params=True)
-
-
-@contextmanager
-def caller_random_state() -> Iterator[None]:
-    """Restore the global random states on leaving the block as they were on entering it:
-    Python's ``random``, NumPy's and torch's CPU generator (``pyro.util.get_rng_state``), and
-    every CUDA device's where CUDA is initialised, whatever the block seeds or draws; also a
-    decorator."""
-    state = pyro.util.get_rng_state()
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    try:
-        yield
-    finally:
-        pyro.util.set_rng_state(state)
-        if cuda is not None:
-            torch.cuda.set_rng_state_all(cuda)
-
-
-class SteppedRandomState:
-    """The global random states of a computation that runs in steps with the caller's code
-    between them (a generator): each step, ``with state.step():``, runs under
-    :func:`caller_random_state` and starts from the states the previous step left, so the
-    steps draw as one uninterrupted computation would, and the caller's states between and
-    after the steps are the caller's."""
-
-    def __init__(self) -> None:
-        self.state: dict[str, Any] | None = None
-        self.cuda: list[Tensor] | None = None
-
-    @contextmanager
-    def step(self) -> Iterator[None]:
-        with caller_random_state():
-            if self.state is not None:
-                pyro.util.set_rng_state(self.state)
-            if self.cuda is not None:
-                torch.cuda.set_rng_state_all(self.cuda)
-            try:
-                yield
-            finally:
-                self.state = pyro.util.get_rng_state()
-                if torch.cuda.is_initialized():
-                    self.cuda = torch.cuda.get_rng_state_all()
-
-
-@contextmanager
-def float32_default() -> Iterator[None]:
-    """torch's default floating-point type is float32 inside the block, whatever the caller
-    set (``torch.set_default_dtype(torch.float64)`` is common in GP code): a run's networks,
-    checkpoints and data are float32. The caller's default is back on leaving; also a
-    decorator."""
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float32)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(before)
-
-
-class LocalParams:
-    """Mixin of a ``PyroModule`` class that is built and called under :func:`local_params`,
-    whatever the global setting."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        with local_params():
-            super().__init__(*args, **kwargs)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        with local_params():
-            return super().__call__(*args, **kwargs)
-
-
-@functools.cache
-def _local_class(cls: type[PyroModule]) -> type[PyroModule]:
-    return type(cls.__name__, (LocalParams, cls), {"__module__": cls.__module__})
-
-
-def keep_params_local(module: PyroModule) -> PyroModule:
-    """Make ``module`` (built under :func:`local_params`) keep its parameters locally whenever it
-    is called, in place, as Pyro's ``to_pyro_module_`` changes a module's class; returns it."""
-    module.__class__ = _local_class(type(module))
-    return module
 
 
 def _reaches_autoguide(name: str, distribution: dist.Distribution) -> bool:
@@ -239,15 +134,3 @@ def plate_batch_shape(batch_shape: torch.Size) -> torch.Size:
     for frame in frames:
         plates[frame.dim] = frame.size
     return torch.broadcast_shapes(batch_shape, torch.Size(plates))
-
-
-def full_precision(x: Tensor) -> Tensor:
-    """``x`` in float32, or as it is if it is wider (float64): a bfloat16 or float16 tensor of an
-    autocast region comes back in float32."""
-    return x.to(torch.promote_types(x.dtype, torch.float32))
-
-
-def autocast_off(x: Tensor) -> torch.autocast:
-    """A block in which autocast is off on the device type of ``x``: its operations run in the
-    dtype of their inputs (made :func:`full_precision`), even inside an autocast region."""
-    return torch.autocast(x.device.type, enabled=False)

@@ -25,8 +25,8 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from probtrans.errors import ConfigError, ProbtransError
-from probtrans.io import write_text
-from probtrans.transformers_internals import progress_bars_off
+from probtrans.internals.transformers import progress_bars_off
+from probtrans.storage.io import write_text
 
 HUB = "hf:"
 #: a backbone shipped by an installed Python package: ``package:MODULE``, whose

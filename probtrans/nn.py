@@ -35,7 +35,7 @@ and :class:`Encoder` map (B, L, d_model) → (B, L, d_model) with any of them.
 from __future__ import annotations
 
 from probtrans.attention import ATTENTION, MultiHeadAttention
-from probtrans.encoder import Encoder, EncoderBlock
+from probtrans.attention.encoder import Encoder, EncoderBlock
 
 
 def attention_classes() -> dict[str, type[MultiHeadAttention]]:

@@ -1,11 +1,11 @@
 """Named implementations that specs choose from: one :class:`Registry` per extension point.
 
 The registries live next to what they register: attention kinds
-(:data:`probtrans.attention.ATTENTION`), weight guides (:data:`probtrans.guides.GUIDES`),
-inducing-variable guides (:data:`probtrans.gp.inducing_guides.INDUCING_GUIDES`), data sources
-(:data:`probtrans.data.sources.DATA_SOURCES`), metrics (:data:`probtrans.metrics.METRICS`),
-uncertainty scores (:data:`probtrans.metrics.UNCERTAINTY_SCORES`), feature scores
-(:data:`probtrans.feature_scores.FEATURE_SCORES`) and post-hoc predictives
+(:data:`probtrans.attention.ATTENTION`), weight guides (:data:`probtrans.guides.weights.GUIDES`),
+inducing-variable guides (:data:`probtrans.guides.inducing.INDUCING_GUIDES`), data sources
+(:data:`probtrans.data.sources.DATA_SOURCES`), metrics (:data:`probtrans.analysis.metrics.METRICS`),
+uncertainty scores (:data:`probtrans.analysis.metrics.UNCERTAINTY_SCORES`), feature scores
+(:data:`probtrans.analysis.feature_scores.FEATURE_SCORES`) and post-hoc predictives
 (:data:`probtrans.specs.inference.POSTHOC`, below the module that registers them). A spec holds
 only the name;
 :mod:`probtrans.resolve` checks every name of a spec against its registry.

@@ -14,11 +14,13 @@ import functools
 import os
 from pathlib import Path
 
+from probtrans.analysis.metrics import METRICS, UNCERTAINTY_SCORES, ranked_metric
+from probtrans.analysis.results import PLAIN
 from probtrans.data import DataBundle
 from probtrans.data.sources import DATA_SOURCES, is_image
 from probtrans.errors import ConfigError
-from probtrans.gp.inducing_guides import INDUCING_GUIDES
-from probtrans.guides import GUIDES
+from probtrans.guides.inducing import INDUCING_GUIDES
+from probtrans.guides.weights import GUIDES
 from probtrans.hub import (
     Backbone,
     backbone_folder,
@@ -26,7 +28,6 @@ from probtrans.hub import (
     image_statistics,
     resolve_backbone,
 )
-from probtrans.metrics import METRICS, UNCERTAINTY_SCORES, ranked_metric
 from probtrans.registry import Registry
 from probtrans.specs import (
     Comparison,
@@ -149,5 +150,5 @@ def json_schema(cls: type[SpecFile]) -> dict:
         (field["items"] if field.get("type") == "array" else field)["enum"] = registry.names()
     if cls is Comparison:  # a method reads the plain predictive or a post-hoc one
         variant = schema["$defs"]["Method"]["properties"]["variant"]
-        variant["enum"] = ["plain", *POSTHOC.names()]
+        variant["enum"] = [PLAIN, *POSTHOC.names()]
     return schema

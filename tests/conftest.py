@@ -4,7 +4,11 @@ predictive and training tests on the GPU)."""
 
 from __future__ import annotations
 
+import importlib
+import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pyro
@@ -51,6 +55,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="cpu",
         help="device of the tests that take the `device` fixture (default: cpu)",
     )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--device cuda`` runs the tests that take the ``device`` fixture alone: the others do
+    not use the GPU and already ran on the CPU."""
+    if config.getoption("--device") == "cpu":
+        return
+    off = [item for item in items if "device" not in getattr(item, "fixturenames", ())]
+    if off:
+        config.hook.pytest_deselected(items=off)
+        items[:] = [item for item in items if "device" in getattr(item, "fixturenames", ())]
 
 
 @pytest.fixture
@@ -152,3 +167,19 @@ def tiny_run(tmp_path: Path, tiny_model_file: Path) -> Path:
     out = tmp_path / "run"
     fit(tiny_model_file, tiny_inference(tmp_path, "map"), out=out, progress=False)
     return out
+
+
+@contextmanager
+def plugin_imported(folder: Path, name: str, source: str, *registries) -> Iterator[object]:
+    """A plugin module ``name`` written into ``folder`` and imported (its registrations made),
+    then forgotten with them: each of ``registries`` is restored on leaving."""
+    (folder / f"{name}.py").write_text(source)
+    sys.path.insert(0, str(folder))
+    try:
+        with ExitStack() as stack:
+            for registry in registries:
+                stack.enter_context(registry.restored())
+            yield importlib.import_module(name)
+    finally:
+        sys.modules.pop(name, None)
+        sys.path.remove(str(folder))

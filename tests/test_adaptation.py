@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from probtrans.adaptation import (
+from probtrans.attention.em_adaptation import (
     adapt_keys,
     adapt_precision,
     adapting,

@@ -29,8 +29,8 @@ from pyro.nn import PyroModule, PyroSample
 
 import probtrans
 from benchmarks.guides import hand_written, normal_weight_delta_bias
+from probtrans.analysis.metrics import accuracy
 from probtrans.errors import ProbtransError
-from probtrans.metrics import accuracy
 from probtrans.nn import HierarchicalStochasticAttention, StochasticAttention
 from probtrans.runs import Run, evaluate_run
 from probtrans.specs import read_inference_spec, read_model_spec

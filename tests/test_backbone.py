@@ -5,6 +5,7 @@ backbones are the tiny random models of :mod:`tests.tiny_backbones`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -25,11 +26,11 @@ import probtrans
 from probtrans.backbone.replicas import block_stack, once_below_randomness
 from probtrans.backbone.swap import attention_blocks, swap_blocks
 from probtrans.classifier import BackboneClassifier, build_classifier
-from probtrans.data import load_data
-from probtrans.describe import site_table
+from probtrans.data import DataSplit, load_data
 from probtrans.errors import ConfigError, ProbtransError
 from probtrans.inference.predictive import sample_predictive
 from probtrans.resolve import load_model_spec, spec_folder, with_local_backbone
+from probtrans.runs.describe import site_table
 from tests.conftest import tiny_inference
 from tests.tiny_backbones import TEXT_FAMILIES, TEXTS, save_tiny_backbone
 
@@ -234,7 +235,7 @@ def test_pooler_pooling_of_a_backbone_without_a_pooler_is_refused(tmp_path, back
 def test_sngp_lengthscale_unset_is_the_median_distance_of_the_pretrained_features(
     tmp_path, backbones
 ):
-    from probtrans.sngp import median_distance
+    from probtrans.gp.sngp import median_distance
 
     tables = "[model.head]\nkind = 'random_features'\nfeatures = 64\n"
     path = write_spec(tmp_path, backbones["bert"], tables)
@@ -253,6 +254,21 @@ def test_sngp_lengthscale_unset_is_the_median_distance_of_the_pretrained_feature
     assert expected != 1.0
     state = classifier.state_dict()
     assert float(state["feature_map.lengthscale"]) == pytest.approx(expected, rel=1e-5)
+
+
+def test_sngp_lengthscale_unset_without_two_distinct_training_features_is_refused(
+    tmp_path, backbones
+):
+    """One training text, repeated: the median distance of its features is 0, a length scale
+    that would make every logit NaN; the build names the field to set instead."""
+    tables = "[model.head]\nkind = 'random_features'\nfeatures = 64\n"
+    path = write_spec(tmp_path, backbones["bert"], tables)
+    spec, _ = with_local_backbone(load_model_spec(path))
+    data = load_data(spec.data, spec_folder(spec))
+    first = data.train.inputs[:1].repeat(3, 1), data.train.mask[:1].repeat(3, 1)
+    data = dataclasses.replace(data, train=DataSplit(first[0], data.train.labels[:3], first[1]))
+    with pytest.raises(ConfigError, match="model.head.lengthscale: unset.*of 3 training examples"):
+        build_classifier(spec, data)
 
 
 def write_package(root: Path, name: str, body: str) -> None:
@@ -445,11 +461,13 @@ def test_all_linear_adapts_every_linear_map_of_any_family(backbones, family):
     assert all(isinstance(model.get_submodule(path), LoRALinear) for path in linear)
 
 
-#: family of the tests → (the family's name, its query and value maps, its heads' attribute)
+#: family of the tests → (the family's name, its query and value maps (ModernBERT's stacked
+#: map), its heads' attribute)
 EXPECTED_FAMILIES = {
     "bert": ("BERT", ["query", "value"], "num_attention_heads"),
     "roberta": ("RoBERTa", ["query", "value"], "num_attention_heads"),
     "distilbert": ("DistilBERT", ["q_lin", "v_lin"], "n_heads"),
+    "modernbert": ("ModernBERT", ["Wqkv"], "num_attention_heads"),
     "vit": ("ViT", ["q_proj", "v_proj"], "num_attention_heads"),
 }
 
@@ -533,7 +551,7 @@ def test_a_fitted_run_takes_the_backbone_defaults_of_the_options_its_spec_left_u
 def test_the_report_of_a_swapped_backbone_run_names_backbone_blocks_kind_and_file(
     tmp_path, backbones, monkeypatch
 ):
-    from probtrans import figures
+    from probtrans.analysis import figures
 
     titles = []
     drawn = figures.save_run_figure
@@ -1017,3 +1035,81 @@ def test_a_swapped_layer_under_vectorised_plates_is_refused_in_one_line(backbone
         Predictive(Model(), num_samples=3, parallel=True)(ids, mask)
     pooled = Predictive(Model(), num_samples=3, parallel=False)(ids, mask)["pooled"]
     assert pooled.shape == (3, 3, 32)
+
+
+def test_a_decoders_causal_blocks_are_refused_and_left_unchanged(backbones):
+    """A BERT built as a decoder attends causally; probtrans attention attends both ways, so
+    the swap is refused before the model changes, not run as a silently bidirectional model."""
+    from transformers import AutoConfig, AutoModel
+
+    config = AutoConfig.from_pretrained(backbones["bert"], is_decoder=True)
+    decoder = AutoModel.from_config(config).eval()
+    with pytest.raises(ConfigError, match=r"attends causally \(a decoder's block\)"):
+        probtrans.swap_attention(decoder, "all", "softmax")
+    assert decoder.config._attn_implementation != "probtrans"
+    assert not any("attn" in block.module._modules for block in attention_blocks(decoder))
+
+
+def test_a_fused_familys_key_map_is_the_keys_part_of_its_stacked_map(backbones):
+    """ModernBERT projects queries, keys and values with one map; the key map probtrans gives
+    its swapped layers (H-STO's centroids, SGPA's global keys) is the middle third of that map's
+    output, adapters included."""
+    from probtrans.backbone.lora import add_lora
+    from probtrans.backbone.swap import attention_blocks
+
+    model = pretrained(backbones["modernbert"])
+    add_lora(model, ["Wqkv"], 2, 4.0)
+    for block in attention_blocks(model):
+        torch.nn.init.normal_(block.module.Wqkv.lora_b)  # adapters that change the map
+    tokens = torch.randn(5, 32)
+    for block in attention_blocks(model):
+        stacked = block.module.Wqkv(tokens)  # (5, 3 · 32): queries, keys, values
+        assert block.width == 32
+        torch.testing.assert_close(block.key_map(tokens), stacked[:, 32:64])
+
+
+def test_a_sliding_window_block_is_refused_and_global_ones_swap(tmp_path):
+    """ModernBERT alternates global and sliding-window attention; probtrans attention sees every
+    token, so a sliding-window block is refused before the model changes, and a global one
+    swaps with the pretrained outputs unchanged."""
+    layer_types = ["full_attention", "sliding_attention"]
+    folder = save_tiny_backbone("modernbert", tmp_path / "mixed", layer_types=layer_types)
+    inputs = model_inputs("modernbert", folder)
+    reference, model = pretrained(folder), pretrained(folder)
+    with pytest.raises(ConfigError, match=r"layers\.1\.attn .* sliding window of \d+ tokens"):
+        probtrans.swap_attention(model, "all", "softmax")
+    assert model.config._attn_implementation != "probtrans"
+    blocks = swap_blocks(model, [0], "softmax")
+    calls = count_calls(blocks)
+    with torch.no_grad():
+        expected = reference(**inputs).last_hidden_state
+        given = model(**inputs).last_hidden_state
+    assert len(calls) == 1
+    torch.testing.assert_close(given, expected, rtol=0, atol=1e-5)
+
+
+def test_key_padding_reads_a_padding_mask_and_refuses_one_that_differs_between_queries():
+    from probtrans.backbone.swap import key_padding
+
+    keys = torch.tensor([[True, True, False], [True, True, True]])
+    padding = keys[:, None, None, :].expand(2, 1, 3, 3)  # (B, 1, L_q, L): the same for each query
+    assert torch.equal(key_padding(padding), keys)
+    additive = torch.zeros(2, 1, 3, 3).masked_fill(~padding, torch.finfo(torch.float32).min)
+    assert torch.equal(key_padding(additive), keys)
+    causal = torch.ones(3, 3, dtype=torch.bool).tril().expand(2, 1, 3, 3)
+    with pytest.raises(ProbtransError, match="differs between queries"):
+        key_padding(causal)
+
+
+def test_a_swapped_block_asking_for_what_probtrans_attention_does_not_apply_is_refused():
+    """An attention function's keywords that change the weights (a logit cap, a position bias,
+    causal masking, ...) are refused at the call rather than ignored; their absence is not."""
+    from probtrans.backbone.swap import probtrans_attention
+
+    block = torch.nn.Module()
+    block.attn = probtrans.nn.SoftmaxAttention(8, 2, projections=False)
+    q = k = v = torch.randn(1, 2, 3, 4)
+    out, _ = probtrans_attention(block, q, k, v, None, sliding_window=None, is_causal=False)
+    assert out.shape == (1, 3, 2, 4)
+    with pytest.raises(ProbtransError, match=r"softcap=30\.0, which probtrans attention does"):
+        probtrans_attention(block, q, k, v, None, softcap=30.0)

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 import torch
 
-from probtrans.checkpoint import load_checkpoint
 from probtrans.cli import main
+from probtrans.storage.checkpoint import load_checkpoint
 from tests.conftest import TINY_MODEL, TINY_TRAIN, tiny_inference
 from tests.test_corrections import TINY as TINY_SEGMENTATION
 
@@ -532,7 +532,7 @@ def _(w: Workspace) -> Expect:
 
 @case("evaluate: checkpoint.pt whose weights have other shapes")
 def _(w: Workspace) -> Expect:
-    from probtrans.checkpoint import load_checkpoint, save_checkpoint
+    from probtrans.storage.checkpoint import load_checkpoint, save_checkpoint
 
     run = w.fitted_run()
     state = load_checkpoint(run / "checkpoint.pt")
@@ -702,7 +702,7 @@ def _(w: Workspace) -> Expect:
 
 def compare_run(w: Workspace) -> tuple[Path, Path]:
     """A preset and the folder ``compare`` keeps its run in."""
-    from probtrans.compare import run_dir
+    from probtrans.runs.compare import run_dir
     from probtrans.specs import Method
 
     folder = w.fitted_run("fitted")  # a complete run that compare reuses: the preset's
@@ -791,37 +791,37 @@ def refuse(w: Workspace, module: object, name: str, code: int, path: str | None 
 
 @case("fit: a read-only folder (the lock)")
 def _(w: Workspace) -> Expect:
-    import probtrans.lock
+    import probtrans.storage.lock
 
     argv = w.fit()
-    refuse(w, probtrans.lock.os, "open", errno.EACCES)
+    refuse(w, probtrans.storage.lock.os, "open", errno.EACCES)
     return Expect(argv, ("run.lock", "permission denied"))
 
 
 @case("fit: a read-only folder (a temporary file)")
 def _(w: Workspace) -> Expect:
-    import probtrans.io
+    import probtrans.storage.io
 
     argv = w.fit()
-    refuse(w, probtrans.io.tempfile, "mkstemp", errno.EROFS, str(w.root / "run.partial"))
+    refuse(w, probtrans.storage.io.tempfile, "mkstemp", errno.EROFS, str(w.root / "run.partial"))
     return Expect(argv, ("run.partial: cannot write model.toml: read-only file system",))
 
 
 @case("evaluate: a read-only run folder")
 def _(w: Workspace) -> Expect:
-    import probtrans.io
+    import probtrans.storage.io
 
     run = w.fitted_run()
-    refuse(w, probtrans.io.tempfile, "mkstemp", errno.EROFS)
+    refuse(w, probtrans.storage.io.tempfile, "mkstemp", errno.EROFS)
     return Expect(["evaluate", str(run), "--quiet"], (str(run), "read-only file system"))
 
 
 @case("fit: the disk fills up")
 def _(w: Workspace) -> Expect:
-    import probtrans.io
+    import probtrans.storage.io
 
     argv = w.fit()
-    real = probtrans.io.atomic_write
+    real = probtrans.storage.io.atomic_write
 
     def no_space(tmp: Path) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -829,7 +829,7 @@ def _(w: Workspace) -> Expect:
     def full(path, write):
         return real(path, no_space if Path(path).name == "checkpoint.pt" else write)
 
-    w.monkeypatch.setattr(probtrans.io, "atomic_write", full)
+    w.monkeypatch.setattr(probtrans.storage.io, "atomic_write", full)
     return Expect(argv, ("no space left on device", "nothing was kept"))
 
 

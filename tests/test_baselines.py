@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from probtrans import calibration, metrics
+from probtrans.analysis import calibration, metrics
 from probtrans.attention import MultiHeadAttention
 from probtrans.classifier import build_classifier
 from probtrans.errors import ProbtransError

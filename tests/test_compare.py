@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from probtrans.cli import main
-from probtrans.compare import check_methods, load_preset, method_probs, run_dir
+from probtrans.runs.compare import check_methods, load_preset, method_probs, run_dir
 from tests.conftest import ROOT, TINY_TRAIN, inference_file, tiny_inference
 
 PRESET = """
@@ -177,7 +177,7 @@ def test_compare_retrains_a_run_of_an_edited_spec_and_says_why(
     """A run is reused only if its checkpoint's spec texts, seed and epochs are those asked:
     after the model spec is edited (H-STO → softmax attention) it is trained again, and the
     table reads the new run."""
-    from probtrans.checkpoint import load_checkpoint
+    from probtrans.storage.checkpoint import load_checkpoint
 
     one, out = one_method(preset), tmp_path / "cmp"
     argv = ["compare", "--preset", str(one), "--out", str(out), "--quiet"]
@@ -246,7 +246,7 @@ def test_shipped_presets_name_valid_specs_and_variants(preset):
 
 
 def test_the_table_warns_of_a_method_that_predicts_one_class(tmp_path):
-    from probtrans.compare import markdown
+    from probtrans.runs.compare import markdown
 
     comparison = load_preset(ROOT / "results" / "presets" / "minilm_cola.toml")
     rows = [{"method": "SGPA (top 2 blocks)", "seeds": "1"}]

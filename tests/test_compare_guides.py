@@ -15,7 +15,7 @@ from torch import nn
 
 import probtrans
 from probtrans.errors import ProbtransError
-from probtrans.inference.guide import guide_in_words
+from probtrans.inference.guide_builder import guide_in_words
 from probtrans.runs import Run
 from probtrans.runs.fitting import guide_label, inference_source
 from probtrans.specs import InferenceSpec, OptimSpec, read_inference_spec, read_model_spec

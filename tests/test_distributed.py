@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 import torch
 
-from probtrans.checkpoint import load_checkpoint
 from probtrans.classifier import build_classifier
 from probtrans.cli import main
-from probtrans.distributed import Processes, process_group
 from probtrans.errors import ProbtransError
 from probtrans.inference.train import SVITraining
 from probtrans.resolve import load_inference_spec
 from probtrans.runs.kept import read_probs
+from probtrans.runtime.distributed import Processes, process_group
 from probtrans.specs import updated
+from probtrans.storage.checkpoint import load_checkpoint
 from tests.conftest import ROOT, TINY_MODEL, inference_file, tiny_spec
 
 #: the deterministic digits model of (a): softmax attention, no dropout

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from probtrans.compare import markdown, rank_by_elpd
-from probtrans.elpd import MIN_LOO_DRAWS, heldout_elpd, psis_loo
+from probtrans.analysis.elpd import MIN_LOO_DRAWS, heldout_elpd, psis_loo
 from probtrans.inference.predictive import global_sites
 from probtrans.resolve import load_inference_spec
 from probtrans.runs import fit, load_run
+from probtrans.runs.compare import markdown, rank_by_elpd
 from probtrans.runs.kept import read_probs
 from probtrans.specs import Comparison, Method
 from probtrans.specs.inference import AUTOMATIC_LOO_SAMPLES

@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 import probtrans.inference.train
-import probtrans.io
+import probtrans.storage.io
 from probtrans.cli import Stopped, main, stop_signals_as_interrupts
-from probtrans.lock import lock_path
 from probtrans.runs import fit
+from probtrans.storage.lock import lock_path
 from tests.conftest import ROOT, tiny_inference
 from tests.test_reliability import run_files, snapshot
 
@@ -42,13 +42,13 @@ def consistent(folder: Path) -> int:
 
 
 class DiskFull:
-    """``probtrans.io.atomic_write`` whose ``fail_at``-th call (from 1) writes its file whole,
-    then fails as a full disk does; counts the calls."""
+    """``probtrans.storage.io.atomic_write`` whose ``fail_at``-th call (from 1) writes its file
+    whole, then fails as a full disk does; counts the calls."""
 
     def __init__(self, fail_at: int = 0) -> None:
         self.fail_at = fail_at
         self.calls: list[str] = []
-        self.real = probtrans.io.atomic_write
+        self.real = probtrans.storage.io.atomic_write
 
     def __call__(self, path, write):
         self.calls.append(Path(path).name)
@@ -89,7 +89,7 @@ def test_a_full_disk_at_any_write_of_fit_keeps_the_old_run(
     out = tmp_path / "run"
     argv = ["fit", str(tiny_model_file), "--inference", str(inference), "--out", str(out)]
     counting = DiskFull()
-    monkeypatch.setattr(probtrans.io, "atomic_write", counting)
+    monkeypatch.setattr(probtrans.storage.io, "atomic_write", counting)
     assert main([*argv[:-1], str(tmp_path / "counted"), "--epochs", "1", "--quiet"]) == 0
     writes = counting.calls
     assert {"checkpoint.pt", "probs.npz", "predictive.nc", "metrics.json"} <= set(writes)
@@ -99,13 +99,13 @@ def test_a_full_disk_at_any_write_of_fit_keeps_the_old_run(
         shutil.rmtree(out.with_name("run.partial"), ignore_errors=True)
         shutil.copytree(old_run, out)
         before = snapshot(out)
-        monkeypatch.setattr(probtrans.io, "atomic_write", DiskFull(fail_at))
+        monkeypatch.setattr(probtrans.storage.io, "atomic_write", DiskFull(fail_at))
         assert main([*argv, "--epochs", "1", "--quiet"]) == 2, writes[fail_at - 1]
         name = writes[fail_at - 1]
         one_error_line(capsys.readouterr().err, f"cannot write {name}: no space left on device")
         assert snapshot(out) == before, name
         assert not lock_path(out).exists() and not list(tmp_path.glob(".run.*"))
-    monkeypatch.setattr(probtrans.io, "atomic_write", DiskFull())
+    monkeypatch.setattr(probtrans.storage.io, "atomic_write", DiskFull())
     assert main([*argv, "--epochs", "1", "--quiet"]) == 0
     assert consistent(out) == 6
 
@@ -114,7 +114,7 @@ def test_a_full_disk_at_any_write_of_evaluate_keeps_the_old_run(
     tmp_path, old_run, monkeypatch, capsys
 ):
     counting = DiskFull()
-    monkeypatch.setattr(probtrans.io, "atomic_write", counting)
+    monkeypatch.setattr(probtrans.storage.io, "atomic_write", counting)
     scratch = Path(shutil.copytree(old_run, tmp_path / "scratch"))
     assert main(["evaluate", str(scratch), "--samples", "6", "--quiet"]) == 0
     writes = counting.calls
@@ -122,7 +122,7 @@ def test_a_full_disk_at_any_write_of_evaluate_keeps_the_old_run(
     capsys.readouterr()
     before = snapshot(old_run)
     for fail_at in range(1, len(writes) + 1):
-        monkeypatch.setattr(probtrans.io, "atomic_write", DiskFull(fail_at))
+        monkeypatch.setattr(probtrans.storage.io, "atomic_write", DiskFull(fail_at))
         assert main(["evaluate", str(old_run), "--samples", "6", "--quiet"]) == 2
         name = writes[fail_at - 1]
         line = one_error_line(
@@ -137,7 +137,7 @@ def test_a_full_disk_at_any_write_of_evaluate_keeps_the_old_run(
             "scratch",
             "tiny.toml",
         ]
-    monkeypatch.setattr(probtrans.io, "atomic_write", DiskFull())
+    monkeypatch.setattr(probtrans.storage.io, "atomic_write", DiskFull())
     assert main(["evaluate", str(old_run), "--samples", "6", "--quiet"]) == 0
     assert consistent(old_run) == 6
 
@@ -310,7 +310,7 @@ def test_a_signal_at_any_write_of_compares_outputs_leaves_the_old_set_or_the_new
     each moved into place): the folder then holds the earlier table, CSV, figure and
     comparison.json (or, into a folder without them, none), or all four new ones, never a
     mix; exit 129 either way."""
-    import probtrans.compare
+    import probtrans.runs.compare
 
     out = tmp_path / "compared"
     one, two = tiny_inference(tmp_path, "map"), tiny_inference(tmp_path, "mfvi")
@@ -321,7 +321,7 @@ def test_a_signal_at_any_write_of_compares_outputs_leaves_the_old_set_or_the_new
     if earlier == "none":
         old = dict.fromkeys(COMPARE_OUTPUTS)
     assert old != new
-    publish = probtrans.compare.write_together
+    publish = probtrans.runs.compare.write_together
     calls = {"mkstemp": 0, "replace": 0}
     seen = []
     for moment in [("mkstemp", k) for k in range(4)] + [("replace", k) for k in range(4)]:
@@ -346,7 +346,7 @@ def test_a_signal_at_any_write_of_compares_outputs_leaves_the_old_set_or_the_new
                 patched.setattr(os, "replace", counted("replace", os.replace))
                 return publish(writes)
 
-        monkeypatch.setattr(probtrans.compare, "write_together", signalled)
+        monkeypatch.setattr(probtrans.runs.compare, "write_together", signalled)
         assert main(compare_argv(tiny_model_file, [one, two], out)) == 129, moment
         after = compare_outputs(out)
         assert after in (old, new), moment

@@ -1,4 +1,5 @@
-"""Tests of probtrans.feature_scores against scikit-learn and scipy on a hand-made example."""
+"""Tests of probtrans.analysis.feature_scores against scikit-learn and scipy on a hand-made
+example."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from sklearn.covariance import LedoitWolf
 from sklearn.metrics import roc_auc_score
 from sklearn.neighbors import NearestNeighbors
 
+from probtrans.analysis.feature_scores import FEATURE_SCORES, FittedScores, fit_feature_scores, knn
+from probtrans.analysis.metrics import UNCERTAINTY_SCORES
 from probtrans.errors import ProbtransError
-from probtrans.feature_scores import FEATURE_SCORES, FittedScores, fit_feature_scores, knn
-from probtrans.metrics import UNCERTAINTY_SCORES
 
 DIM = 5
 SIZES = (60, 80, 100)  # rows per class: unequal, so the mixture weights π_c matter
@@ -142,9 +143,9 @@ def test_the_uncertainty_scores_hold_the_feature_scores_whoever_reads_them_first
 
     expected = [s.name for s in UNCERTAINTY_SCORES.entries()]
     assert expected[-len(FEATURE_SCORES) :] == list(FEATURE_SCORES)
-    for first in ("probtrans.metrics", "probtrans.feature_scores"):
+    for first in ("probtrans.analysis.metrics", "probtrans.analysis.feature_scores"):
         code = (
-            f"import {first}; from probtrans.metrics import UNCERTAINTY_SCORES; "
+            f"import {first}; from probtrans.analysis.metrics import UNCERTAINTY_SCORES; "
             "print(' '.join(UNCERTAINTY_SCORES))"
         )
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -341,8 +342,8 @@ def test_a_feature_score_file_not_of_its_run_is_refused_by_predict_and_refitted_
     import shutil
 
     from probtrans.cli import main
-    from probtrans.io import DamagedFile
     from probtrans.runs import Run, fit
+    from probtrans.storage.io import DamagedFile
     from tests.conftest import tiny_inference
 
     inference = tiny_inference(tmp_path, "map")

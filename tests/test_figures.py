@@ -1,4 +1,4 @@
-"""Tests of probtrans.figures: each panel draws what it claims, the run figure and the
+"""Tests of probtrans.analysis.figures: each panel draws what it claims, the run figure and the
 comparison figure have their panels at a fixed size."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from probtrans import comparison_figure, figures, metrics
-from probtrans.summary import summarise
+from probtrans.analysis import comparison_figure, figures, metrics
+from probtrans.analysis.summary import summarise
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 OLD_HISTORY = [

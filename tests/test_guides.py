@@ -8,9 +8,9 @@ from pyro import poutine
 from pyro.infer.autoguide import AutoDelta, AutoGuideList, AutoLowRankMultivariateNormal
 
 from probtrans.classifier import build_classifier
-from probtrans.gp.inducing_guides import INDUCING_GUIDES
-from probtrans.guides import GUIDES, delta_guide
-from probtrans.inference.guide import build_guide, guide_in_words
+from probtrans.guides.inducing import INDUCING_GUIDES
+from probtrans.guides.weights import GUIDES, delta_guide
+from probtrans.inference.guide_builder import build_guide, guide_in_words
 from probtrans.specs import GuideSpec
 from tests.conftest import tiny_spec
 
@@ -92,9 +92,9 @@ def test_an_autoguide_class_given_in_python_starts_at_the_specs_init_scale():
 
     from pyro.infer.autoguide import AutoNormal
 
-    from probtrans.contract import local_params
     from probtrans.data import load_data
-    from probtrans.inference.guide import AUTOGUIDE_INIT_SCALE, given_guide
+    from probtrans.inference.guide_builder import AUTOGUIDE_INIT_SCALE, given_guide
+    from probtrans.runtime.caller_state import local_params
 
     spec = tiny_spec(prior="last_layer")
     data = load_data(spec.data)

@@ -20,8 +20,8 @@ from pyro.nn import PyroModule, PyroSample
 from scipy.special import logsumexp
 
 import probtrans
+from probtrans.analysis.metrics import mutual_information
 from probtrans.errors import ProbtransError
-from probtrans.metrics import mutual_information
 from probtrans.nn import HierarchicalStochasticAttention, StochasticAttention
 
 with warnings.catch_warnings():

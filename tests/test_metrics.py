@@ -1,4 +1,4 @@
-"""Tests of probtrans.metrics against scikit-learn and hand-worked examples."""
+"""Tests of probtrans.analysis.metrics against scikit-learn and hand-worked examples."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from sklearn.metrics import (
     roc_auc_score,
 )
 
-from probtrans import metrics
-from probtrans.feature_scores import FEATURE_SCORES
+from probtrans.analysis import metrics
+from probtrans.analysis.feature_scores import FEATURE_SCORES
 
 
 @pytest.fixture

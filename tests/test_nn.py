@@ -16,9 +16,9 @@ from torch import nn
 
 import probtrans
 from probtrans.attention import ATTENTION
+from probtrans.attention.encoder import make_attention
 from probtrans.classifier import build_classifier
 from probtrans.contract import fused_attention
-from probtrans.encoder import make_attention
 from probtrans.errors import ProbtransError
 from probtrans.nn import (
     Encoder,

@@ -14,7 +14,7 @@ from pyro.infer import Trace_ELBO
 
 from probtrans.classifier import build_classifier
 from probtrans.contract import kl_term
-from probtrans.inference.guide import build_guide
+from probtrans.inference.guide_builder import build_guide
 from probtrans.inference.objective import KLWeight, self_guided
 from probtrans.specs import ElboSpec, GuideSpec
 from tests.conftest import relative_error, tiny_spec

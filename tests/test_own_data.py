@@ -21,7 +21,6 @@ import pyro
 import pytest
 import torch
 
-from probtrans.checkpoint import load_checkpoint
 from probtrans.classifier import build_classifier
 from probtrans.data import NO_LABEL, DataBundle, DataSplit, load_data
 from probtrans.data.corruptions import corrupt
@@ -30,6 +29,7 @@ from probtrans.errors import ConfigError, ProbtransError
 from probtrans.resolve import load_model_spec, spec_folder
 from probtrans.specs import DataSpec, ModelSpec
 from probtrans.specs.base import parse, updated
+from probtrans.storage.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 POSITIVE = ("good", "great", "fine", "lovely", "superb")

@@ -12,9 +12,9 @@ import sys
 import numpy as np
 import pytest
 
-from probtrans import metrics
+from probtrans.analysis import metrics
+from probtrans.analysis.feature_scores import FEATURE_SCORES
 from probtrans.cli import main
-from probtrans.feature_scores import FEATURE_SCORES
 from tests.conftest import ROOT, TINY_MODEL
 
 POSITIVE = ["good", "great", "fine", "lovely", "superb"]

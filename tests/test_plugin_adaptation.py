@@ -7,7 +7,6 @@ model is left as it was."""
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ import torch
 from probtrans.cli import main
 from probtrans.errors import ProbtransError
 from probtrans.tta import ADAPTATION_METHODS, adaptation_options
+from tests.conftest import plugin_imported
 
 PLUGIN = '''
 """A toy plugin: every LayerNorm's γ scaled by (1 + scale) while adapting."""
@@ -60,15 +60,10 @@ class NormScale(AdaptationMethod):
 
 
 @pytest.fixture
-def plugin(tmp_path, monkeypatch):
+def plugin(tmp_path):
     """The plugin module imported (its one registration), forgotten after the test."""
-    (tmp_path / "norm_scale_plugin.py").write_text(PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    with ADAPTATION_METHODS.restored():
-        import norm_scale_plugin
-
-        yield norm_scale_plugin
-    sys.modules.pop("norm_scale_plugin", None)
+    with plugin_imported(tmp_path, "norm_scale_plugin", PLUGIN, ADAPTATION_METHODS) as module:
+        yield module
 
 
 def test_a_plugin_adaptation_is_an_evaluate_and_predict_method(plugin, tiny_run, capsys):

@@ -5,9 +5,7 @@ describe``), the JSON Schema (``probtrans schema model``) lists its options, and
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 
 import pytest
 
@@ -17,7 +15,7 @@ from probtrans.cli import main
 from probtrans.errors import ConfigError
 from probtrans.resolve import load_model_spec
 from probtrans.specs.attention import ATTENTION_OPTIONS, follow_kinds
-from tests.conftest import TINY_MODEL
+from tests.conftest import TINY_MODEL, plugin_imported
 
 #: a plugin module: the options and layer of softmax attention at a temperature, whose weights
 #: are a (self-guided, point-mass) site ``a_t``, and ONE registration call
@@ -60,13 +58,10 @@ temperature = 3.0
 
 
 @pytest.fixture
-def plugin(tmp_path, monkeypatch):
+def plugin(tmp_path):
     """The plugin module imported; its kind unregistered afterwards."""
-    (tmp_path / "tempered_plugin.py").write_text(PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    with ATTENTION.restored(), ATTENTION_OPTIONS.restored():
-        yield importlib.import_module("tempered_plugin")
-        sys.modules.pop("tempered_plugin")
+    with plugin_imported(tmp_path, "tempered_plugin", PLUGIN, ATTENTION, ATTENTION_OPTIONS) as m:
+        yield m
     follow_kinds()
 
 

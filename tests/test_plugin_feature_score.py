@@ -6,15 +6,13 @@ that keeps a score no longer registered is read without it."""
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
 
+from probtrans.analysis.feature_scores import FEATURE_SCORES
+from probtrans.analysis.metrics import UNCERTAINTY_SCORES
 from probtrans.cli import main
-from probtrans.feature_scores import FEATURE_SCORES
-from probtrans.metrics import UNCERTAINTY_SCORES
-from tests.conftest import tiny_inference
+from tests.conftest import plugin_imported, tiny_inference
 
 PLUGIN = '''
 """A toy plugin: the Euclidean distance to the nearest class mean."""
@@ -23,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from probtrans.feature_scores import FeatureScore, register_feature_score
+from probtrans.analysis.feature_scores import FeatureScore, register_feature_score
 
 
 @register_feature_score
@@ -48,15 +46,12 @@ class NearestMean(FeatureScore):
 
 
 @pytest.fixture
-def plugin(tmp_path, monkeypatch):
+def plugin(tmp_path):
     """The plugin module imported (its one registration), forgotten after the test."""
-    (tmp_path / "nearest_mean_plugin.py").write_text(PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    with FEATURE_SCORES.restored(), UNCERTAINTY_SCORES.restored():
-        import nearest_mean_plugin  # noqa: F401
-
+    with plugin_imported(
+        tmp_path, "nearest_mean_plugin", PLUGIN, FEATURE_SCORES, UNCERTAINTY_SCORES
+    ):
         yield
-    sys.modules.pop("nearest_mean_plugin", None)
 
 
 def test_a_plugin_feature_score_is_fitted_kept_reported_and_predicted(
@@ -91,20 +86,14 @@ def test_a_plugin_feature_score_is_fitted_kept_reported_and_predicted(
     assert columns["nearest_mean_percentile"].max() <= 100.0
 
 
-def test_a_run_keeping_a_score_no_longer_registered_is_read_without_it(
-    tmp_path, tiny_model_file, monkeypatch
-):
+def test_a_run_keeping_a_score_no_longer_registered_is_read_without_it(tmp_path, tiny_model_file):
     import probtrans
     from probtrans.runs import Run
 
-    (tmp_path / "nearest_mean_plugin.py").write_text(PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    with FEATURE_SCORES.restored(), UNCERTAINTY_SCORES.restored():
-        import nearest_mean_plugin  # noqa: F401
-
+    registries = (FEATURE_SCORES, UNCERTAINTY_SCORES)
+    with plugin_imported(tmp_path, "nearest_mean_plugin", PLUGIN, *registries):
         inference = tiny_inference(tmp_path, "map")
         run = probtrans.fit(tiny_model_file, inference, out=tmp_path / "run", epochs=1)
-    sys.modules.pop("nearest_mean_plugin", None)
     with np.load(run.path / "feature_scores.npz") as kept:
         assert "nearest_mean.means" in kept.files
     assert "nearest_mean" not in FEATURE_SCORES and "nearest_mean" not in UNCERTAINTY_SCORES

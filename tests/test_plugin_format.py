@@ -6,7 +6,6 @@ checked and named by file and line like the built-in formats'."""
 from __future__ import annotations
 
 import csv
-import sys
 import textwrap
 
 import pytest
@@ -15,7 +14,7 @@ import probtrans
 from probtrans.cli import main
 from probtrans.data.formats import FORMATS
 from probtrans.errors import ProbtransError
-from tests.conftest import TINY_MODEL, tiny_inference
+from tests.conftest import TINY_MODEL, plugin_imported, tiny_inference
 
 PLUGIN = '''
 """A toy plugin: pipe-separated tables, a header line then one row per line."""
@@ -56,15 +55,10 @@ def rows(n: int) -> list[str]:
 
 
 @pytest.fixture
-def plugin(tmp_path, monkeypatch):
+def plugin(tmp_path):
     """The plugin module imported (its one registration), forgotten after the test."""
-    (tmp_path / "psv_plugin.py").write_text(PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    with FORMATS.restored():
-        import psv_plugin  # noqa: F401
-
+    with plugin_imported(tmp_path, "psv_plugin", PLUGIN, FORMATS):
         yield
-    sys.modules.pop("psv_plugin", None)
 
 
 def test_a_plugin_format_is_read_predicted_written_and_listed(plugin, tmp_path, capsys):

@@ -6,22 +6,21 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 
 import pytest
 
 import probtrans
+from probtrans.analysis.metrics import METRICS
 from probtrans.cli import main
-from probtrans.compare import cross_product, figure, method_folders, method_instances, run_dir
-from probtrans.metrics import METRICS
-from tests.conftest import tiny_inference
+from probtrans.runs.compare import cross_product, figure, method_folders, method_instances, run_dir
+from tests.conftest import plugin_imported, tiny_inference
 
 PLUGIN = '''
 """A toy plugin: the top-2 accuracy."""
 
 import numpy as np
 
-from probtrans.metrics import Metric, of_mean, register_metric
+from probtrans.analysis.metrics import Metric, of_mean, register_metric
 
 
 def top2_accuracy(mean_probs, labels):
@@ -36,15 +35,10 @@ register_metric(Metric(name="top2_accuracy", function=of_mean(top2_accuracy),
 
 
 @pytest.fixture
-def plugin(tmp_path, monkeypatch):
+def plugin(tmp_path):
     """The plugin module imported (its one registration), forgotten after the test."""
-    (tmp_path / "top2_plugin.py").write_text(PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    with METRICS.restored():
-        import top2_plugin  # noqa: F401
-
+    with plugin_imported(tmp_path, "top2_plugin", PLUGIN, METRICS):
         yield
-    sys.modules.pop("top2_plugin", None)
 
 
 def test_a_plugin_metric_is_in_metrics_json_the_tables_and_the_figure(

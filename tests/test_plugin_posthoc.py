@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ from probtrans.cli import main
 from probtrans.errors import ConfigError
 from probtrans.resolve import load_inference_spec
 from probtrans.specs.inference import POSTHOC
-from tests.conftest import TINY_TRAIN, inference_file
+from tests.conftest import TINY_TRAIN, inference_file, plugin_imported
 
 PLUGIN = '''
 """A toy plugin: p_ε = (1 − ε) p + ε / C, with ε of lowest validation NLL."""
@@ -25,7 +24,7 @@ PLUGIN = '''
 import numpy as np
 
 from probtrans.inference.posthoc import PosthocPredictive, register_posthoc
-from probtrans.metrics import nll
+from probtrans.analysis.metrics import nll
 
 GRID = (0.0, 0.01, 0.05, 0.1, 0.2)
 
@@ -49,15 +48,10 @@ class UniformMixture(PosthocPredictive):
 
 
 @pytest.fixture
-def plugin(tmp_path, monkeypatch):
+def plugin(tmp_path):
     """The plugin module imported (its one registration), forgotten after the test."""
-    (tmp_path / "mixture_plugin.py").write_text(PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    with POSTHOC.restored():
-        import mixture_plugin  # noqa: F401
-
+    with plugin_imported(tmp_path, "mixture_plugin", PLUGIN, POSTHOC):
         yield
-    sys.modules.pop("mixture_plugin", None)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from scipy.stats import entropy as scipy_entropy
 
 from probtrans.cli import main
 from probtrans.errors import ProbtransError
-from probtrans.prediction import (
+from probtrans.runs.prediction import (
     format_predictions,
     prediction_columns,
     write_predictions,

@@ -9,7 +9,7 @@ from pyro import poutine
 
 from probtrans.classifier import build_classifier
 from probtrans.data import DataBundle
-from probtrans.inference.guide import build_guide
+from probtrans.inference.guide_builder import build_guide
 from probtrans.inference.objective import self_guided
 from probtrans.inference.predictive import (
     HEAD_SITES,

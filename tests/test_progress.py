@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 
 from probtrans.cli import main
-from probtrans.progress import LOG_INTERVAL, progress_bar
+from probtrans.runtime.progress import LOG_INTERVAL, progress_bar
 from tests.conftest import tiny_inference
 
 

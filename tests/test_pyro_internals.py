@@ -1,4 +1,4 @@
-"""The private Pyro internals of :mod:`probtrans.pyro_internals`: checked against the Pyro
+"""The private Pyro internals of :mod:`probtrans.internals.pyro`: checked against the Pyro
 versions listed there, and each still behaving as probtrans uses it."""
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
 from pyro.infer.autoguide import AutoNormal
 from pyro.nn import PyroModule, PyroParam, PyroSample
 
-from probtrans.contract import local_params
-from probtrans.pyro_internals import (
+from probtrans.internals.pyro import (
     CHECKED_PYRO_VERSIONS,
     ParamsUnsent,
     frozen_parameters_unwarned,
@@ -27,13 +26,14 @@ from probtrans.pyro_internals import (
     pyro_sample_names,
     quiet_reads,
 )
+from probtrans.runtime.caller_state import local_params
 
 
 def test_the_installed_pyro_is_a_checked_version():
     assert pyro.__version__ in CHECKED_PYRO_VERSIONS, (
         f"pyro {pyro.__version__} is not among the versions probtrans's private Pyro internals "
         f"were checked against ({', '.join(CHECKED_PYRO_VERSIONS)}): re-check each function of "
-        f"probtrans/pyro_internals.py against this version's source (_PYRO_STACK, "
+        f"probtrans/internals/pyro.py against this version's source (_PYRO_STACK, "
         f"prototype_hide_fn, ELBO._get_traces and _differentiable_loss_particle, "
         f"PyroModule._pyro_samples, PyroModule.__getattr__'s param messages and "
         f"_pyro_name, _pyro_context), run this file, then add the version to "
@@ -86,7 +86,49 @@ def test_particle_traces_and_losses_give_the_elbos_own_loss(elbo_class, vectoriz
     traces = list(particle_traces(elbo, model, guide, (), {}))
     assert len(traces) == (1 if vectorize else 3)
     loss = sum(particle_loss(elbo, *pair)[0] for pair in traces) / elbo.num_particles
-    torch.testing.assert_close(torch.as_tensor(loss), expected.detach())
+    torch.testing.assert_close(torch.as_tensor(loss, dtype=torch.float32), expected.detach())
+    for pair in traces:  # Pyro's own particle loss: the same numbers, to the last bit
+        (loss, surrogate), (pyros, pyros_surrogate) = (
+            particle_loss(elbo, *pair),
+            elbo._differentiable_loss_particle(*pair),
+        )
+        assert float(loss) == float(pyros)
+        assert torch.equal(torch.as_tensor(surrogate), torch.as_tensor(pyros_surrogate))
+
+
+def test_a_trace_elbos_particle_loss_reads_nothing_back_unless_a_guide_site_needs_a_score():
+    """Trace_ELBO's own particle loss reads every site's log-density back (``.item()``: a wait
+    for a GPU); with reparameterised guide sites :func:`particle_loss` reads none. A guide site
+    with a score-function term (a Bernoulli) takes Pyro's own computation."""
+
+    def model_with_a_coin() -> None:
+        model()
+        pyro.sample("coin", dist.Bernoulli(0.3))
+
+    def guide_with_a_coin() -> None:
+        guide()
+        pyro.sample("coin", dist.Bernoulli(0.6))
+
+    guide = AutoNormal(model)
+    guide()
+    elbo = Trace_ELBO()
+    ((model_trace, guide_trace),) = particle_traces(elbo, model, guide, (), {})
+    reads = []
+    item = torch.Tensor.item
+
+    def counted(tensor: torch.Tensor):
+        reads.append(tensor)
+        return item(tensor)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.Tensor, "item", counted)
+        loss, _ = particle_loss(elbo, model_trace, guide_trace)
+        assert torch.is_tensor(loss) and not reads
+        ((model_trace, guide_trace),) = particle_traces(
+            elbo, model_with_a_coin, guide_with_a_coin, (), {}
+        )
+        loss, _ = particle_loss(elbo, model_trace, guide_trace)
+        assert isinstance(loss, float) and reads
 
 
 def test_pyro_sample_names_are_a_modules_own_pyro_sample_attributes():

@@ -17,12 +17,12 @@ import torch
 
 import probtrans.inference.train
 import probtrans.runs.evaluation
-from probtrans.checkpoint import load_checkpoint, save_checkpoint
 from probtrans.cli import main
 from probtrans.data import load_data
-from probtrans.lock import folder_lock, lock_path
 from probtrans.runs import fit
 from probtrans.specs import DataSpec
+from probtrans.storage.checkpoint import load_checkpoint, save_checkpoint
+from probtrans.storage.lock import folder_lock, lock_path
 from tests.conftest import ROOT, TINY_MODEL, tiny_inference
 from tests.test_corrections import TINY as TINY_SEGMENTATION
 
@@ -328,7 +328,7 @@ def test_an_unexpected_fault_is_one_line_with_a_hint_and_debug_shows_the_traceba
 KILLED_FIT = textwrap.dedent(
     """
     import os, signal, sys
-    import probtrans.io, probtrans.inference.train as train
+    import probtrans.storage.io, probtrans.inference.train as train
     from probtrans.cli import main
 
     def die():
@@ -350,12 +350,12 @@ KILLED_FIT = textwrap.dedent(
             die()
         train.Resumable.save = dying_save
     else:  # the temporary copy of file ``where`` is complete, not yet renamed
-        replace = probtrans.io.os.replace
+        replace = probtrans.storage.io.os.replace
         def dying_replace(src, dst):
             if os.path.basename(dst) == where:
                 die()
             replace(src, dst)
-        probtrans.io.os.replace = dying_replace
+        probtrans.storage.io.os.replace = dying_replace
     sys.exit(main(sys.argv[2:]))
     """
 )

@@ -12,8 +12,7 @@ import torch
 
 import probtrans.inference.train
 import probtrans.runs.run
-from probtrans import metrics
-from probtrans.checkpoint import load_checkpoint
+from probtrans.analysis import metrics
 from probtrans.classifier import build_classifier
 from probtrans.cli import main
 from probtrans.data import DataBundle
@@ -30,6 +29,7 @@ from probtrans.resolve import load_inference_spec, load_model_spec
 from probtrans.runs import Run, evaluate_run, fit, load_run
 from probtrans.segmentation import load_segmentation_spec
 from probtrans.specs.inference import AUTOMATIC_LOO_SAMPLES
+from probtrans.storage.checkpoint import load_checkpoint
 from tests.conftest import ROOT, TINY_MODEL, inference_file, tiny_inference, tiny_spec
 
 with warnings.catch_warnings():

@@ -21,13 +21,10 @@ from pyro.infer import TraceMeanField_ELBO
 from torch.distributions import MultivariateNormal, Normal, kl_divergence
 
 import probtrans.gp.decoupled
-import probtrans.gp.residual
 import probtrans.gp.standard
+from probtrans.attention.encoder import make_attention
 from probtrans.classifier import build_classifier
-from probtrans.describe import site_table
-from probtrans.encoder import make_attention
 from probtrans.gp import (
-    AutoInducingCholesky,
     decoupled_conditional,
     decoupled_conditional_reference,
     gram,
@@ -36,10 +33,13 @@ from probtrans.gp import (
     standard_posterior,
 )
 from probtrans.gp.residual import LARGEST_EXPONENT, SERIES_BELOW, FactoredKernel
-from probtrans.inference.guide import build_guide
+from probtrans.guides.inducing import AutoInducingCholesky
+from probtrans.inference.guide_builder import build_guide
 from probtrans.inference.objective import self_guided
 from probtrans.nn import SGPAttention, StandardSGPAttention
 from probtrans.resolve import load_model_spec
+from probtrans.runs.describe import site_table
+from probtrans.runtime.paths import use_paths
 from probtrans.specs import GuideSpec
 from tests.conftest import ROOT, autocast_pass, relative_error, tiny_spec
 
@@ -198,7 +198,7 @@ def test_the_fast_path_matches_float64_at_the_imdb_scales(autocast):
 
 
 @pytest.mark.parametrize("name", ["exponential", "ard"])
-def test_the_remainder_is_the_kernel_minus_its_linear_part(name, monkeypatch):
+def test_the_remainder_is_the_kernel_minus_its_linear_part(name):
     """R v of :class:`~probtrans.gp.residual.FactoredKernel` (chunked, recomputed in the backward
     pass) is (K − Φ Φᵀ) v with GPyTorch's kernel matrix K, over both branches of e₂ (|s| below
     and above 0.1), and its gradients pass ``gradcheck`` in float64, with respect to the inputs,
@@ -215,17 +215,17 @@ def test_the_remainder_is_the_kernel_minus_its_linear_part(name, monkeypatch):
     expected = (gram(kernel, x_a, x_a) - features @ features.transpose(-1, -2)) @ v_a
     torch.testing.assert_close(factored.residual_product(x_a, v_a), expected)
 
-    monkeypatch.setattr(probtrans.gp.residual, "CHUNK_ELEMENTS", 100)  # several chunks
     scale = factored.outputscale.detach().clone().requires_grad_()
     lengths = factored.lengthscale.detach().clone().requires_grad_()
 
     def product(x, v, outputscale, lengthscale):
         return FactoredKernel(outputscale, lengthscale, name == "ard").residual_product(x, v)
 
-    assert torch.autograd.gradcheck(product, (x_a, v_a, scale, lengths))
+    with use_paths(residual_chunk=100):  # several chunks
+        assert torch.autograd.gradcheck(product, (x_a, v_a, scale, lengths))
 
 
-def test_the_ard_remainder_is_formed_in_log_space_where_exp_would_overflow(monkeypatch):
+def test_the_ard_remainder_is_formed_in_log_space_where_exp_would_overflow():
     """Sequences whose scaled keys have |x̃|² above LARGEST_EXPONENT (ARD kernel: exp(s) alone
     would overflow float32, a_i a_j exp(s_ij) ≤ 1 does not) beside sequences on the series
     branch, in chunks of two: in float32 the product is GPyTorch's (K − Φ Φᵀ) v (computed in
@@ -238,17 +238,17 @@ def test_the_ard_remainder_is_formed_in_log_space_where_exp_would_overflow(monke
     v_a = torch.randn(3, 2, 7, 4, dtype=F64)
     norms = x_a.pow(2).sum(-1).amax(-1)  # |x̃|², ℓ = 1
     assert (norms[1] > LARGEST_EXPONENT).all() and (norms[0] < SERIES_BELOW).all()
-    monkeypatch.setattr(probtrans.gp.residual, "CHUNK_ELEMENTS", 100)  # two rows per chunk
     factored = FactoredKernel.of(kernel, F64)
     features = factored.linear_features(factored.scaled(x_a))
     expected = (gram(kernel, x_a, x_a) - features @ features.transpose(-1, -2)) @ v_a
 
-    fast = FactoredKernel.of(kernel, torch.float32).residual_product(x_a.float(), v_a.float())
-    assert torch.isfinite(fast).all()
-    assert relative_error(fast.detach().double(), expected.detach()) <= 1e-6
+    with use_paths(residual_chunk=100):  # two rows per chunk
+        fast = FactoredKernel.of(kernel, torch.float32).residual_product(x_a.float(), v_a.float())
+        assert torch.isfinite(fast).all()
+        assert relative_error(fast.detach().double(), expected.detach()) <= 1e-6
 
-    x_a, v_a = x_a.requires_grad_(), v_a.requires_grad_()
-    assert torch.autograd.gradcheck(factored.residual_product, (x_a, v_a))
+        x_a, v_a = x_a.requires_grad_(), v_a.requires_grad_()
+        assert torch.autograd.gradcheck(factored.residual_product, (x_a, v_a))
 
 
 @pytest.mark.parametrize("sampling", ["marginal", "full"])

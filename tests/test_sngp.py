@@ -10,9 +10,9 @@ from sklearn.metrics.pairwise import rbf_kernel
 from torch.nn.utils import parametrize
 
 from probtrans.errors import ConfigError
+from probtrans.gp.sngp import RandomFeatures, SpectralNormBound, spectral_normalise
 from probtrans.inference.laplace import LastLayerLaplace
 from probtrans.resolve import load_model_spec
-from probtrans.sngp import RandomFeatures, SpectralNormBound, spectral_normalise
 from tests.conftest import TINY_MODEL, inference_file, tiny_inference
 
 
@@ -95,7 +95,7 @@ def test_sngp_spec_errors_name_the_field(tmp_path):
 def test_the_median_heuristic_is_the_median_pairwise_distance():
     from scipy.spatial.distance import pdist
 
-    from probtrans.sngp import median_distance
+    from probtrans.gp.sngp import median_distance
 
     features = torch.randn(31, 7, generator=torch.Generator().manual_seed(3))
     assert median_distance(features) == pytest.approx(float(np.median(pdist(features.numpy()))))

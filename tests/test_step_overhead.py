@@ -17,10 +17,10 @@ from pyro.poutine.messenger import Messenger
 from torch.testing import assert_close
 
 from probtrans.classifier import build_classifier
-from probtrans.contract import local_params
 from probtrans.inference.objective import self_guided
 from probtrans.inference.train import SVITraining
 from probtrans.resolve import load_inference_spec, load_model_spec
+from probtrans.runtime.caller_state import local_params
 from probtrans.specs import updated
 from tests.conftest import tiny_spec
 
@@ -109,3 +109,37 @@ def test_pyros_checks_are_made_on_the_first_batch_and_not_repeated_in_every_step
             warnings.simplefilter("error")
             loss, _ = svi.training_loss(*digits.train.batch(torch.arange(32)))
     assert torch.isfinite(loss)
+
+
+#: the Tensor methods that read a value back to Python: on a GPU, each waits for the device
+READS = ("item", "tolist", "__bool__", "__float__", "__int__")
+
+
+@pytest.mark.parametrize("guide_name", ["delta", "normal"])
+def test_the_training_steps_loss_reads_nothing_back_from_the_device(digits, guide_name):
+    """Distribution checks (``if not valid.all()``), Pyro's ``.item()`` of every site's
+    log-density and its NaN warning each make a GPU step wait for the device; the step's loss
+    needs none of them (the loop reads the loss once, to stop on a diverged one). The optimiser
+    reads its CPU step counters, which is no wait."""
+    reads = []
+
+    def reading(name):
+        original = getattr(torch.Tensor, name)
+
+        def read(tensor, *args):
+            reads.append(name)
+            return original(tensor, *args)
+
+        return read
+
+    with local_params():
+        svi = digits_training(digits, guide_name)
+        svi.loss_scale()  # Pyro's checks, on the first batch
+        batch = digits.train.batch(torch.arange(32))
+        with pytest.MonkeyPatch.context() as patch:
+            for name in READS:
+                patch.setattr(torch.Tensor, name, reading(name))
+            loss, terms = svi.training_loss(*batch)
+            loss.backward()
+    assert reads == []
+    assert torch.isfinite(loss) and terms.device.type == "cpu"

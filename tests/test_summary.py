@@ -1,5 +1,5 @@
-"""Tests of probtrans.summary's metrics.json rows: the torch-uncertainty names and missing values,
-and of the run table that ``fit`` and ``evaluate`` print."""
+"""Tests of probtrans.analysis.summary's metrics.json rows: the torch-uncertainty names and missing
+values, and of the run table that ``fit`` and ``evaluate`` print."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from probtrans import metrics, report, summary
+from probtrans.analysis import metrics, report, summary
 
 
 def predictive(samples: int = 6, seed: int = 0) -> tuple[dict, dict]:

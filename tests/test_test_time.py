@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from probtrans import tta as tt
-from probtrans.adaptation import key_objective
+from probtrans.analysis.metrics import predictive_entropy
+from probtrans.attention.em_adaptation import key_objective
 from probtrans.classifier import build_classifier
 from probtrans.data import DataSplit
 from probtrans.errors import ProbtransError
 from probtrans.inference.predictive import sample_predictive
-from probtrans.metrics import predictive_entropy
 from tests.conftest import tiny_spec
 
 GAUSSIAN_MIXTURE = {"kind": "gaussian_mixture", "precision": "head"}
@@ -46,7 +46,8 @@ def gamma_log_prior(alpha: torch.Tensor, trained: torch.Tensor, shape: float) ->
 def test_em_raises_the_mixture_objective_of_the_batch(digits, options):
     """In every mixture layer, the adapted keys (and precisions) have a higher posterior given
     the batch's queries than the trained ones: log p(q | ξ, α) + log p(ξ) [+ log p(α)]
-    (Eq. 24–30; :func:`probtrans.adaptation.key_objective` plus the Gamma prior of α)."""
+    (Eq. 24–30; :func:`probtrans.attention.em_adaptation.key_objective` plus the Gamma prior of
+    α)."""
     classifier = classifier_of(digits, "gaussian_mixture", precision="head")
     inputs = rows(digits, 0, 32).inputs
     seen = []

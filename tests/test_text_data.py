@@ -14,7 +14,6 @@ import pytest
 import torch
 from tokenizers import pre_tokenizers
 
-from probtrans.checkpoint import load_checkpoint, save_checkpoint
 from probtrans.cli import main
 from probtrans.data import load_data, text_bundle, tokenizer
 from probtrans.data.files import parse_source, read_texts
@@ -22,6 +21,7 @@ from probtrans.data.text import load_text_task, read_source, split_indices, spli
 from probtrans.errors import ConfigError, ProbtransError
 from probtrans.resolve import load_model_spec
 from probtrans.specs import DataSpec
+from probtrans.storage.checkpoint import load_checkpoint, save_checkpoint
 from tests.test_bad_inputs import TINY_TEXT_MODEL, good_cola
 
 ROOT = Path(__file__).resolve().parents[1]

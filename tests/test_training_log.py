@@ -21,7 +21,7 @@ from probtrans.classifier import build_classifier
 from probtrans.contract import is_kl_term, kl_term
 from probtrans.data import DataBundle, DataSplit
 from probtrans.errors import ConfigError
-from probtrans.inference.guide import build_guide
+from probtrans.inference.guide_builder import build_guide
 from probtrans.inference.objective import KLWeight, loss_and_terms, make_elbo, self_guided
 from probtrans.inference.train import SVITraining, train_classifier
 from probtrans.inference.training_log import TensorBoardLog, open_log

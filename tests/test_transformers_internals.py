@@ -1,4 +1,4 @@
-"""The private ``transformers`` names probtrans relies on (:mod:`probtrans.transformers_internals`):
+"""The private ``transformers`` names probtrans relies on (:mod:`probtrans.internals.transformers`):
 the installed release among those checked, and each still behaving as probtrans uses it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from torch import nn
 from transformers import AutoModel
 from transformers.utils import logging as transformers_logging
 
-from probtrans.transformers_internals import (
+from probtrans.internals.transformers import (
     CHECKED_TRANSFORMERS_VERSIONS,
     attention_implementation,
     calls_attention_registry,
@@ -25,7 +25,7 @@ def test_the_installed_transformers_is_a_checked_release():
     assert release in CHECKED_TRANSFORMERS_VERSIONS, (
         f"transformers {transformers.__version__} is not among the releases probtrans's private "
         f"transformers names were checked against ({', '.join(CHECKED_TRANSFORMERS_VERSIONS)}): "
-        f"re-check each function of probtrans/transformers_internals.py against this release's "
+        f"re-check each function of probtrans/internals/transformers.py against this release's "
         f"source (config._attn_implementation, integrations.sdpa_attention.sdpa_attention_forward, "
         f"masking_utils.AttentionMaskInterface and sdpa_mask, ALL_ATTENTION_FUNCTIONS in the "
         f"attention modules' forward, utils.logging.set_tqdm_hook), run this file, then add the "

@@ -21,7 +21,7 @@ from pyro.nn import PyroModule, PyroSample
 from torch import nn
 
 import probtrans
-from probtrans.adaptation import adapting
+from probtrans.attention.em_adaptation import adapting
 from probtrans.contract import fused_attention, plate_batch_shape
 from probtrans.nn import (
     Encoder,

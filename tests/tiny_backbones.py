@@ -19,7 +19,7 @@ TEXTS = [
     "bad direction , bad music and a weak ending",
 ]
 SPECIAL = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
-TEXT_FAMILIES = ("bert", "roberta", "distilbert")
+TEXT_FAMILIES = ("bert", "roberta", "distilbert", "modernbert")
 
 
 def tiny_tokenizer(texts: list[str] = TEXTS, pad_first: bool = True):
@@ -50,9 +50,16 @@ def tiny_tokenizer(texts: list[str] = TEXTS, pad_first: bool = True):
 
 
 def tiny_config(family: str, vocab_size: int = 200, **sizes):
-    """A config of ``family`` (bert, roberta, distilbert, vit) with hidden size 32, 4 heads and
-    2 layers; ``sizes`` override."""
-    from transformers import BertConfig, DistilBertConfig, RobertaConfig, ViTConfig
+    """A config of ``family`` (bert, roberta, distilbert, modernbert, vit) with hidden size 32,
+    4 heads and 2 layers (ModernBERT's both of global attention, unless ``layer_types`` says
+    otherwise); ``sizes`` override."""
+    from transformers import (
+        BertConfig,
+        DistilBertConfig,
+        ModernBertConfig,
+        RobertaConfig,
+        ViTConfig,
+    )
 
     if family == "distilbert":
         return DistilBertConfig(
@@ -66,6 +73,12 @@ def tiny_config(family: str, vocab_size: int = 200, **sizes):
             **sizes,
         )
     common = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64)
+    if family == "modernbert":  # [PAD] 0, [CLS] 2, [SEP] 3: the tiny tokenizer's ids
+        ids = dict(pad_token_id=0, cls_token_id=2, sep_token_id=3, bos_token_id=2, eos_token_id=3)
+        sizes = {"layer_types": ["full_attention"] * 2, **sizes}
+        return ModernBertConfig(
+            **common, vocab_size=vocab_size, max_position_embeddings=64, **ids, **sizes
+        )
     if family == "vit":
         return ViTConfig(**common, image_size=8, patch_size=2, num_channels=1, **sizes)
     if family == "roberta":
@@ -75,17 +88,18 @@ def tiny_config(family: str, vocab_size: int = 200, **sizes):
     return BertConfig(**common, vocab_size=vocab_size, max_position_embeddings=64, **sizes)
 
 
-def save_tiny_backbone(family: str, folder: Path, seed: int = 0) -> Path:
-    """Write a tiny ``family`` model (random weights, ``AutoModel``) and, for text, its
-    tokenizer into ``folder`` with ``save_pretrained``; returns the folder."""
+def save_tiny_backbone(family: str, folder: Path, seed: int = 0, **sizes) -> Path:
+    """Write a tiny ``family`` model (random weights, ``AutoModel``; ``sizes`` override its
+    config) and, for text, its tokenizer into ``folder`` with ``save_pretrained``; returns the
+    folder."""
     from transformers import AutoModel
 
     torch.manual_seed(seed)
     tokenizer = None
-    config = tiny_config(family)
+    config = tiny_config(family, **sizes)
     if family != "vit":
         tokenizer = tiny_tokenizer(pad_first=family != "roberta")
-        config = tiny_config(family, vocab_size=len(tokenizer))
+        config = tiny_config(family, vocab_size=len(tokenizer), **sizes)
     model = AutoModel.from_config(config)
     model.save_pretrained(folder)
     if tokenizer is not None:

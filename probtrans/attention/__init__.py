@@ -6,6 +6,10 @@ Each kind is a :class:`~probtrans.attention.multihead.MultiHeadAttention` subcla
 keywords, ``(d_model, n_heads, **options)``, whose ``options_class`` is its options class; its
 module registers it (``register_attention(SoftmaxAttention)``), and users import it from
 :mod:`probtrans.nn`. Importing this package imports every kind module, so that each registers.
+
+Built on the kinds: :mod:`~probtrans.attention.encoder` (encoder blocks and the encoder, attention
+by kind name) and :mod:`~probtrans.attention.em_adaptation` (inference-time EM of
+Gaussian-mixture layers, Movellan & Gabbur 2020).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ from torch import Tensor, nn
 
 from probtrans.attention.kinds import register_attention
 from probtrans.attention.multihead import MultiHeadAttention
-from probtrans.contract import autocast_off, full_precision
+from probtrans.runtime.precision import autocast_off, full_precision
 from probtrans.specs.attention import GaussianMixtureOptions
 
 
@@ -134,8 +134,9 @@ class MixtureUnits(nn.Module):
         d_key: dimension d of queries and keys.
         d_value: dimension m of values.
 
-    ``adaptation``, when set (see :func:`probtrans.adaptation.adapting`), maps (q, mixture) to
-    an adapted mixture before value inference: inference-time adaptation of a trained layer.
+    ``adaptation``, when set (see :func:`probtrans.attention.em_adaptation.adapting`), maps (q,
+    mixture) to an adapted mixture before value inference: inference-time adaptation of a trained
+    layer.
     """
 
     def __init__(self, options: GaussianMixtureOptions, n_heads: int, d_key: int, d_value: int):
@@ -224,8 +225,8 @@ class GaussianMixtureAttention(MultiHeadAttention):
         if self.units.adaptation is not None and q.dim() > 4:
             raise ValueError(
                 f"{type(self).__name__}: queries of shape {tuple(q.shape)}: inference-time "
-                f"adaptation (probtrans.adaptation) adapts one batch (B, H, L, d) at a time, "
-                f"without sample dimensions on the left"
+                f"adaptation (probtrans.attention.em_adaptation) adapts one batch (B, H, L, d) "
+                f"at a time, without sample dimensions on the left"
             )
         return self.units(q, k, v, key_mask)
 

@@ -32,7 +32,9 @@ from torch import Tensor
 from torch.distributions.utils import clamp_probs
 
 from probtrans.attention.multihead import scaled_dot_product
-from probtrans.contract import full_precision, plate_batch_shape
+from probtrans.contract import fused_attention_enabled, plate_batch_shape
+from probtrans.runtime.paths import paths_for
+from probtrans.runtime.precision import full_precision
 
 #: elements per independently seeded chunk of CPU noise
 CHUNK = 1 << 22
@@ -108,6 +110,14 @@ def relaxed_one_hot(temperature: float, logits: Tensor, hard: bool) -> dist.Dist
     tau = torch.tensor(temperature, dtype=logits.dtype, device=logits.device)
     cls = RelaxedOneHotCategoricalStraightThrough if hard else RelaxedOneHotCategorical
     return cls(tau, logits=logits).to_event(2)
+
+
+def takes_fused_path(x: Tensor, hard: bool) -> bool:
+    """Whether stochastic attention on ``x``'s device draws through :func:`relaxed_draw` and
+    :func:`fused_relaxed_attention` instead of its sample sites: where the sites are hidden
+    (:func:`probtrans.contract.fused_attention`), its samples are relaxed (not ``hard``), and the
+    device's ``attention`` path (:mod:`probtrans.runtime.paths`) is ``"fused"``."""
+    return fused_attention_enabled() and not hard and paths_for(x.device).attention == "fused"
 
 
 def relaxed_draw(temperature: float, logits: Tensor) -> Tensor:

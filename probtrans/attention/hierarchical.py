@@ -21,10 +21,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from probtrans.attention.gumbel import fused_relaxed_attention, relaxed_draw, relaxed_one_hot
+from probtrans.attention.gumbel import (
+    fused_relaxed_attention,
+    relaxed_draw,
+    relaxed_one_hot,
+    takes_fused_path,
+)
 from probtrans.attention.kinds import register_attention
 from probtrans.attention.multihead import MultiHeadAttention, masked_logits
-from probtrans.contract import fused_attention_enabled, sample_attention
+from probtrans.contract import sample_attention
 from probtrans.specs.attention import HierarchicalOptions
 
 
@@ -66,7 +71,7 @@ class HierarchicalStochasticAttention(MultiHeadAttention):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None) -> Tensor:
         C = self.centroids  # (d_h, c) or (H, d_h, c); broadcasts over (*S, B, H)
-        fused = fused_attention_enabled() and not self.hard
+        fused = takes_fused_path(q, self.hard)
         if fused:  # the site is hidden: draw it without the sample statement, as Pyro would
             a_c = relaxed_draw(self.tau1, k @ C)
         else:

@@ -13,7 +13,7 @@ head, M_g learnable global inducing locations Z_g give the global keys k_g = G(Z
 whitened global inducing variables are ONE global Pyro sample site per layer, ``{module}.u_g``
 (e.g. ``encoder.layers.0.attn.u_g``), event shape (H, d_head, M_g), prior N(0, I); its guide is
 chosen by name (``guide.inducing``: cholesky / diagonal / delta,
-:mod:`probtrans.gp.inducing_guides`).
+:mod:`probtrans.guides.inducing`).
 Given u_g, the output is the local, self-guided site ``{module}.f`` (event (H, d_head, T)), the
 conditional p(F | u_g) of :mod:`probtrans.gp.decoupled`: its guide is itself, as in any SVGP
 where q(f, u) = p(f | u) q(u). The amortised part of the decoupled KL enters the ELBO through
@@ -82,10 +82,12 @@ from torch import Tensor, nn
 
 from probtrans.attention.kinds import register_attention
 from probtrans.attention.multihead import MultiHeadAttention, check_tokens
-from probtrans.contract import autocast_off, full_precision, kl_term, sample_attention
-from probtrans.gp.decoupled import decoupled_conditional
+from probtrans.contract import kl_term, sample_attention
+from probtrans.gp.decoupled import CONDITIONALS
 from probtrans.gp.kernels import head_kernel
 from probtrans.gp.standard import standard_posterior
+from probtrans.runtime.paths import paths_for
+from probtrans.runtime.precision import autocast_off, full_precision
 from probtrans.specs.attention import SGPAOptions, StandardSGPAOptions
 
 
@@ -223,7 +225,8 @@ class SGPAttention(KernelAttention):
         plate's dimension (B ≠ 1 at dim −4) was drawn inside the data plate, and is refused."""
         if mean is not None:  # a GP of corrections to ``mean``: amortised values v R_h
             v = v @ self.correction  # (*S, B, H, T, d) @ (H, d, d)
-        conditional = decoupled_conditional(self.kernel, q, keys, v, self.jitter, mask)
+        on_path = CONDITIONALS[paths_for(q.device).sgpa_conditional]
+        conditional = on_path(self.kernel, q, keys, v, self.jitter, mask)
         if mean is not None:
             conditional.prior_mean = mean.transpose(-1, -2)
         kl_term(self.site("kl_amortised"), conditional.amortised_kl)

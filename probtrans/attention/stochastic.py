@@ -14,10 +14,10 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor
 
-from probtrans.attention.gumbel import fused_relaxed_attention, relaxed_one_hot
+from probtrans.attention.gumbel import fused_relaxed_attention, relaxed_one_hot, takes_fused_path
 from probtrans.attention.kinds import register_attention
 from probtrans.attention.multihead import MultiHeadAttention, masked_logits
-from probtrans.contract import fused_attention_enabled, sample_attention
+from probtrans.contract import sample_attention
 from probtrans.specs.attention import StochasticOptions
 
 
@@ -40,7 +40,7 @@ class StochasticAttention(MultiHeadAttention):
         self.dropout = self.options.dropout
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None) -> Tensor:
-        if fused_attention_enabled() and not self.hard:
+        if takes_fused_path(q, self.hard):
             dropout = self.dropout if self.training else 0.0
             return fused_relaxed_attention(q, k, v, self.tau, key_mask, dropout)
         logits = masked_logits(q @ k.transpose(-1, -2), key_mask)  # (*S, B, H, L, L)

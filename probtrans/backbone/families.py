@@ -1,15 +1,16 @@
 """The backbone families: what probtrans needs to know of each kind of Hugging Face encoder, one
-:class:`Family` per entry of :data:`FAMILIES`, so that a family written as these are is one
+:class:`Family` per entry of :data:`FAMILIES`, so that a new family is one
 :func:`register_family` call.
 
-A family's self-attention modules project the tokens to queries, keys and values with three
-linear maps of its own names (:attr:`Family.projections`) and call the attention function
-their config names in Hugging Face's registry (:mod:`probtrans.backbone.swap`). Its config
-gives the number of heads under :attr:`Family.heads`; its learned positions may start after
-the padding id (RoBERTa's ``padding_idx + 1``: :attr:`Family.position_offset`); LoRA adapts its
-query and value maps unless ``lora.targets`` names others (Hu et al. 2022, Sec. 7.1). A model is
-of the family that lists its config's ``model_type``; a model type no family lists is of the
-first family whose projections its modules have.
+A family's self-attention modules project the tokens to queries, keys and values, with three
+linear maps of its own names (:attr:`Family.projections`) or with one map that gives the three
+stacked (ModernBERT's ``Wqkv``), and call the attention function their
+config names in Hugging Face's registry (:mod:`probtrans.backbone.swap`). Its config gives the
+number of heads under :attr:`Family.heads`; its learned positions may start after the padding id
+(RoBERTa's ``padding_idx + 1``: :attr:`Family.position_offset`); LoRA adapts its query and value
+maps (the stacked map of a fused family) unless ``lora.targets`` names others (Hu et al. 2022,
+Sec. 7.1). A model is of the family that lists its config's ``model_type``; a model type no
+family lists is of the first family whose projections its modules have.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
 from probtrans.errors import ConfigError
 from probtrans.registry import Registry
@@ -26,20 +27,53 @@ from probtrans.registry import Registry
 @dataclass(frozen=True)
 class Family:
     """One family of encoders: ``name`` (in messages), the config ``model_types`` it covers,
-    the attribute names of its self-attention modules' (query, key, value) ``projections``,
-    the config attribute of its attention ``heads``, and whether its learned positions start
-    after ``pad_token_id + 1`` (``position_offset``)."""
+    the attribute names of its self-attention modules' ``projections`` — (query, key, value),
+    or one name for a map whose output is the three stacked in that order —, the config
+    attribute of its attention ``heads``, and whether its learned positions start after
+    ``pad_token_id + 1`` (``position_offset``)."""
 
     name: str
     model_types: tuple[str, ...]
-    projections: tuple[str, str, str] = ("query", "key", "value")
+    projections: tuple[str, str, str] | tuple[str] = ("query", "key", "value")
     heads: str = "num_attention_heads"
     position_offset: bool = False
 
+    def __post_init__(self) -> None:
+        if len(self.projections) not in (1, 3):
+            raise ValueError(
+                f"Family {self.name!r}: projections = {self.projections!r}: name the query, key "
+                f"and value maps, or the one map that gives the three stacked"
+            )
+
     @property
     def lora_targets(self) -> list[str]:
-        """The maps LoRA adapts by default: the query and value projections."""
-        return [self.projections[0], self.projections[2]]
+        """The maps LoRA adapts by default: the query and value projections (the stacked map of
+        a fused family)."""
+        return list(self.projections[::2])
+
+    def key_map(self, module: nn.Module) -> nn.Module | None:
+        """The key projection of ``module`` if it is a self-attention module of this family (its
+        projections are linear maps, or adapters of them), else None; of a fused family, the
+        keys' part of the stacked map."""
+        maps = [getattr(module, name, None) for name in self.projections]
+        if not all(isinstance(getattr(m, "base", m), nn.Linear) for m in maps):
+            return None
+        return maps[1] if len(maps) == 3 else StackedPart(maps[0], 1, 3)
+
+
+class StackedPart(nn.Module):
+    """Part ``index`` of ``parts`` equal parts of a linear map's output (or an adapter's): the
+    keys of a map that gives queries, keys and values stacked. Not a submodule of the model: it
+    reads the map's current weights, adapters included."""
+
+    def __init__(self, stacked: nn.Module, index: int, parts: int) -> None:
+        super().__init__()
+        self.__dict__["stacked"] = stacked  # not registered: the model holds it
+        self.index, self.parts = index, parts
+        self.out_features = getattr(stacked, "base", stacked).out_features // parts
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.stacked(x).unflatten(-1, (self.parts, -1))[..., self.index, :]
 
 
 #: the backbone families by name, in the order a model type none lists is matched
@@ -59,6 +93,7 @@ register_family(
 )
 register_family(Family("DistilBERT", ("distilbert",), ("q_lin", "k_lin", "v_lin"), "n_heads"))
 register_family(Family("ViT", ("vit",), ("q_proj", "k_proj", "v_proj")))  # transformers 5
+register_family(Family("ModernBERT", ("modernbert",), ("Wqkv",)))  # queries, keys, values stacked
 
 
 def family_of_config(config: Any) -> Family | None:
@@ -67,15 +102,10 @@ def family_of_config(config: Any) -> Family | None:
     return next((f for f in FAMILIES.entries() if model_type in f.model_types), None)
 
 
-def projection_names(module: nn.Module) -> tuple[str, str, str] | None:
-    """The (query, key, value) names of a self-attention module: those of the first family
-    whose three projections ``module`` has as linear maps (or adapters of them); None for any
-    other module."""
-    for family in FAMILIES.entries():
-        maps = [getattr(module, name, None) for name in family.projections]
-        if all(isinstance(getattr(m, "base", m), nn.Linear) for m in maps):
-            return family.projections
-    return None
+def module_family(module: nn.Module) -> Family | None:
+    """The first family whose projections the self-attention ``module`` has as linear maps (or
+    adapters of them); None for any other module."""
+    return next((f for f in FAMILIES.entries() if f.key_map(module) is not None), None)
 
 
 def family_of(model: nn.Module) -> Family | None:
@@ -84,8 +114,8 @@ def family_of(model: nn.Module) -> Family | None:
     listed = family_of_config(getattr(model, "config", None))
     if listed is not None:
         return listed
-    found = {projection_names(module) for module in model.modules()} - {None}
-    return next((f for f in FAMILIES.entries() if f.projections in found), None)
+    found = {module_family(module) for module in model.modules()} - {None}
+    return next((f for f in FAMILIES.entries() if f in found), None)
 
 
 def lora_targets(model: nn.Module, field: str = "model.prior.lora.targets") -> list[str]:

@@ -1,10 +1,11 @@
 """probtrans attention inside a pretrained Hugging Face transformer.
 
-The self-attention modules of ``transformers``' encoders (BERT, RoBERTa, DistilBERT, ViT and
-others written the same way) project the tokens to per-head queries, keys and values with their
-own linear maps, then call the attention function that their config names in Hugging Face's
-registry (``AttentionInterface``; the private names involved are wrapped in
-:mod:`probtrans.transformers_internals`). :func:`swap_blocks` registers one function,
+The self-attention modules of ``transformers``' encoders (BERT, RoBERTa, DistilBERT, ViT,
+ModernBERT and others written the same way) project the tokens to per-head queries, keys and
+values with their own linear maps (or one map giving the three stacked), then call the
+attention function that their config names in Hugging Face's registry (``AttentionInterface``;
+the private names involved are wrapped in :mod:`probtrans.internals.transformers`).
+:func:`swap_blocks` registers one function,
 ``"probtrans"`` (with the padding mask of ``"sdpa"``), and sets it on the model: in a block
 given a probtrans attention layer (held as the block's attribute ``attn``) that layer forms the
 weights from the block's pretrained queries, keys and values
@@ -29,52 +30,53 @@ import torch
 from torch import Tensor, nn
 
 from probtrans.attention import ATTENTION
-from probtrans.backbone.families import FAMILIES, attention_heads, projection_names
-from probtrans.encoder import make_attention
+from probtrans.attention.encoder import make_attention
+from probtrans.backbone.families import FAMILIES, attention_heads, module_family
 from probtrans.errors import ConfigError, ProbtransError
-from probtrans.pyro_internals import DeepPyroModule, frozen_parameters_unwarned
-from probtrans.specs import Spec
-from probtrans.specs.attention import ATTENTION_OPTIONS, in_backbone
-from probtrans.transformers_internals import (
+from probtrans.internals.pyro import DeepPyroModule, frozen_parameters_unwarned
+from probtrans.internals.transformers import (
     attention_implementation,
     calls_attention_registry,
     register_attention,
     sdpa_attention,
 )
+from probtrans.specs import Spec
+from probtrans.specs.attention import ATTENTION_OPTIONS, in_backbone
 
 #: the name of probtrans's attention function in Hugging Face's registry
 IMPLEMENTATION = "probtrans"
 #: the attribute of a swapped self-attention module that holds its probtrans layer
 LAYER = "attn"
+#: what a block may ask of Hugging Face's attention functions that changes its weights and that
+#: probtrans attention does not apply (a swapped block asking for one is refused)
+UNHONOURED = ("is_causal", "sliding_window", "softcap", "position_bias", "s_aux", "sinks")
 
 
 def known_projections() -> list[str]:
-    """``query, key, value`` per family, for messages (each set once)."""
+    """``query, key, value`` (or the stacked map) per family, for messages (each set once)."""
     return list(dict.fromkeys(", ".join(f.projections) for f in FAMILIES.entries()))
 
 
 @dataclass(frozen=True)
 class Block:
-    """A self-attention module of a backbone: its path, the module, and its key projection."""
+    """A self-attention module of a backbone: its path, the module, its key projection (a
+    fused family's: the keys' part of its stacked map) and that projection's width."""
 
     path: str
     module: nn.Module
     key_map: nn.Module
 
-
-def linear(module: object) -> nn.Linear | None:
-    """``module`` if it is a linear map, the map it adapts if it is an adapter
-    (:class:`~probtrans.backbone.lora.LoRALinear`), else None."""
-    base = getattr(module, "base", module)
-    return base if isinstance(base, nn.Linear) else None
+    @property
+    def width(self) -> int:
+        return getattr(self.key_map, "base", self.key_map).out_features
 
 
 def key_map(module: nn.Module) -> nn.Module | None:
-    """The key projection of a self-attention module: one with per-head query, key and value
-    projections of a family's names (:func:`~probtrans.backbone.families.projection_names`);
-    None for any other module."""
-    names = projection_names(module)
-    return None if names is None else getattr(module, names[1])
+    """The key projection of a self-attention module: one with the query, key and value
+    projections of a family (:meth:`~probtrans.backbone.families.Family.key_map`); None for any
+    other module."""
+    family = module_family(module)
+    return None if family is None else family.key_map(module)
 
 
 def attention_blocks(model: nn.Module) -> list[Block]:
@@ -88,12 +90,21 @@ def attention_blocks(model: nn.Module) -> list[Block]:
 
 
 def key_padding(mask: Tensor | None) -> Tensor | None:
-    """The keys (B, L) that a Hugging Face attention mask (B, 1|H, L_q, L) lets some query see:
-    a boolean mask (True: attend) or an additive one (0: attend)."""
+    """The keys (B, L) that a Hugging Face attention mask (B, 1|H, L_q, L) lets the queries see:
+    a boolean mask (True: attend) or an additive one (0: attend). probtrans attention masks keys
+    only, so a mask that differs between queries (causal, a sliding window) raises."""
     if mask is None:
         return None
     allowed = mask > -1.0 if mask.dtype.is_floating_point else mask
-    return allowed.any(dim=1).any(dim=1)
+    keys = allowed.any(dim=1).any(dim=1)
+    seen = allowed.any(dim=-1, keepdim=True)  # queries with a key to see (not padding rows)
+    if not torch.equal(allowed & seen, keys[:, None, None, :].expand_as(allowed) & seen):
+        raise ProbtransError(
+            "a block swapped to probtrans attention was given an attention mask that differs "
+            "between queries (causal or a sliding window); probtrans attention lets every "
+            "query see every unpadded key"
+        )
+    return keys
 
 
 def probtrans_attention(
@@ -113,6 +124,13 @@ def probtrans_attention(
     if layer is None:
         return sdpa_attention(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        )
+    changed = {k: v for k, v in kwargs.items() if k in UNHONOURED and v not in (None, False)}
+    if changed:
+        raise ProbtransError(
+            f"{getattr(layer, '_pyro_name', LAYER)}: the block asks its attention function for "
+            f"{', '.join(f'{k}={v!r}' for k, v in changed.items())}, which probtrans attention "
+            f"does not apply; its weights would not be the block's"
         )
     h = layer.attend_projected(query, key, value, key_padding(attention_mask), key_map(module))
     if h.shape != query.shape:  # sample dimensions: vectorised plates around the model
@@ -178,25 +196,64 @@ def swap_blocks(
             f"{field}.attention.kind = {kind!r}: cannot be placed in a backbone: {refusal}"
         )
     heads = attention_heads(config)
-    width = linear(chosen[0].key_map).out_features
+    width = chosen[0].width
     given = {} if isinstance(attention, str) else attention.model_dump(exclude_unset=True)
     options_class = ATTENTION_OPTIONS.get(kind, f"{field}.attention.kind")
     chosen_options = options_class.model_validate({**given, **options, "kind": kind})
     attention = in_backbone(chosen_options, width // heads)  # unset: the backbone's scales
+    check_swappable(chosen, field)  # every block, before the model changes
     for block in chosen:
-        if not calls_attention_registry(block.module):
-            raise ConfigError(
-                f"{field}: {block.path} ({type(block.module).__name__}) does not call Hugging "
-                f"Face's attention-function registry, so its attention cannot be swapped"
-            )
         if LAYER in block.module._modules:
             raise ConfigError(f"{field}: {block.path} already holds a probtrans layer")
-        width = linear(block.key_map).out_features
-        layer = make_attention(attention, width, heads, projections=False)
+    use_implementation(model, chosen, field)
+    for block in chosen:
+        layer = make_attention(attention, block.width, heads, projections=False)
         block.module.add_module(LAYER, layer)
-    register_implementation()
-    model.set_attn_implementation(IMPLEMENTATION)
     return chosen
+
+
+def check_swappable(blocks: list[Block], field: str) -> None:
+    """Raise ConfigError naming ``field`` for a block whose attention probtrans cannot take
+    over: one that does not call the attention registry, attends causally (a decoder's), or
+    within a sliding window."""
+    for block in blocks:
+        module, name = block.module, f"{block.path} ({type(block.module).__name__})"
+        if not calls_attention_registry(module):
+            raise ConfigError(
+                f"{field}: {name} does not call Hugging Face's attention-function registry, so "
+                f"its attention cannot be swapped"
+            )
+        if getattr(module, "is_causal", True):  # transformers' default where unset
+            raise ConfigError(
+                f"{field}: {name} attends causally (a decoder's block), and probtrans attention "
+                f"attends in both directions"
+            )
+        if getattr(module, "sliding_window", None) is not None:
+            raise ConfigError(
+                f"{field}: {name} attends within a sliding window of {module.sliding_window} "
+                f"tokens, and probtrans attention to every token; choose blocks of global "
+                f"attention"
+            )
+
+
+def use_implementation(model: nn.Module, blocks: list[Block], field: str) -> None:
+    """Switch ``model`` to probtrans's attention function; raise ConfigError, the model left as
+    it was, where ``transformers`` declines the switch for a block (it does so, with a logged
+    warning only, for a model class whose source does not read the attention registry its
+    way)."""
+    register_implementation()
+    before = attention_implementation(model.config)
+    model.set_attn_implementation(IMPLEMENTATION)
+    for block in blocks:
+        config = getattr(block.module, "config", model.config)
+        if attention_implementation(config) != IMPLEMENTATION:
+            model.set_attn_implementation(before)
+            raise ConfigError(
+                f"{field}: {type(model).__name__} keeps the attention function "
+                f"{attention_implementation(config)!r} in {block.path}: transformers does not "
+                f"let this model change it (its attention modules must call "
+                f"ALL_ATTENTION_FUNCTIONS.get_interface), so its attention cannot be swapped"
+            )
 
 
 class PyroBackbone(DeepPyroModule):
@@ -205,7 +262,7 @@ class PyroBackbone(DeepPyroModule):
     attention.self.attn.a_v``, prefixed by the attribute that holds it in your module). Under
     Pyro's global param store its trainable parameters are registered there as ``pyro.module``
     registers them, and its frozen ones are left out without a warning each
-    (:func:`~probtrans.pyro_internals.frozen_parameters_unwarned`)."""
+    (:func:`~probtrans.internals.pyro.frozen_parameters_unwarned`)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
@@ -269,17 +326,17 @@ def sampled_blocks(model: nn.Module, layers: list[int] | str, tau: float) -> Ite
     field = "predictive.stochastic_layers"
     chosen = layers if layers == "all" else list(layers)
     blocks = chosen_blocks(attention_blocks(model), chosen, field)
+    check_swappable(blocks, field)
     before = {block.path: block.module._modules.get(LAYER) for block in blocks}
     implementation = attention_implementation(model.config)
     heads = attention_heads(model.config)
     try:
         for block in blocks:
-            width = linear(block.key_map).out_features
-            scale = tau * (width // heads) ** 0.5
-            layer = make_attention("sto", width, heads, projections=False, tau=scale)
-            block.module._modules[LAYER] = layer.to(linear(block.key_map).weight.device)
-        register_implementation()
-        model.set_attn_implementation(IMPLEMENTATION)
+            scale = tau * (block.width // heads) ** 0.5
+            layer = make_attention("sto", block.width, heads, projections=False, tau=scale)
+            device = next(block.module.parameters()).device
+            block.module._modules[LAYER] = layer.to(device)
+        use_implementation(model, blocks, field)
         yield
     finally:
         for block in blocks:

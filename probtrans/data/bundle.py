@@ -20,6 +20,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
+from probtrans.analysis.summary import is_ood_split, ood_split
 from probtrans.data.in_memory import (
     NO_LABEL,
     arranged_splits,
@@ -43,7 +44,6 @@ from probtrans.data.tokenizer import decoder, encode, encoder, pad_id, train_tok
 from probtrans.errors import ProbtransError
 from probtrans.specs import DataSpec
 from probtrans.specs.base import parse
-from probtrans.summary import is_ood_split, ood_split
 
 #: batches per pool of length-grouped shuffling (``DataSplit.batches(by_length=True)``)
 POOL_BATCHES = 50

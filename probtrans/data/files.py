@@ -55,7 +55,7 @@ from probtrans.data.rows import (
 )
 from probtrans.errors import ProbtransError
 from probtrans.hub import is_offline
-from probtrans.io import check_is_file
+from probtrans.storage.io import check_is_file
 
 __all__ = [
     "HF_PREFIX",

@@ -18,10 +18,10 @@ import torch
 from sklearn.model_selection import train_test_split
 from torch import Tensor
 
+from probtrans.analysis.summary import is_ood_split, ood_sets
 from probtrans.errors import ProbtransError
 from probtrans.specs.base import check_seed
 from probtrans.specs.model import SET_NAME_PATTERN
-from probtrans.summary import is_ood_split, ood_sets
 
 #: the label of a row without a class: out-of-domain data, inputs to predict
 NO_LABEL = -1

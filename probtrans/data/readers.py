@@ -38,7 +38,7 @@ from probtrans.data.rows import (
     text_problem,
 )
 from probtrans.errors import ProbtransError
-from probtrans.io import read_npz
+from probtrans.storage.io import read_npz
 
 IMAGE_ARRAY = "x"  # the images of an .npz file
 LABEL_ARRAY = "y"  # the labels of an .npz file

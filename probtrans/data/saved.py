@@ -29,12 +29,19 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tokenizers import Tokenizer
 
-from probtrans.checkpoint import load_checkpoint, require, save_checkpoint
+from probtrans.analysis.summary import ood_sets
 from probtrans.data.bundle import DataBundle, DataSplit, ImageScaling
 from probtrans.errors import ProbtransError
-from probtrans.io import DamagedFile, check_is_file, checked_read, read_json, write_json, write_text
 from probtrans.specs.base import explain
-from probtrans.summary import ood_sets
+from probtrans.storage.checkpoint import load_checkpoint, require, save_checkpoint
+from probtrans.storage.io import (
+    DamagedFile,
+    check_is_file,
+    checked_read,
+    read_json,
+    write_json,
+    write_text,
+)
 
 DATA_FILES = ("data.json", "data.pt", "tokenizer.json")
 FORMAT = 1
@@ -183,7 +190,7 @@ def saved_with(folder: Path) -> str | None:
 
 def read_saved_data(path: Path) -> SavedData:
     """``data.json`` of a run folder, checked: a damaged file, or a field missing or of the
-    wrong type, raises :class:`~probtrans.io.DamagedFile` naming the file and the field."""
+    wrong type, raises :class:`~probtrans.storage.io.DamagedFile` naming the file and the field."""
     try:
         return SavedData.model_validate(read_json(path, expect=dict))
     except ValidationError as err:

@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from probtrans.checkpoint import load_cached, save_checkpoint
 from probtrans.data.bundle import DataBundle, DataSplit
 from probtrans.data.in_memory import NO_LABEL
 from probtrans.data.text import (
@@ -34,6 +33,7 @@ from probtrans.data.text import (
 from probtrans.data.tokenizer import encode, pad_id, pretrained_tokenizer, train_tokenizer
 from probtrans.errors import ProbtransError
 from probtrans.specs import DataSpec
+from probtrans.storage.checkpoint import load_cached, save_checkpoint
 
 CACHE_DIR_ENV = "PROBTRANS_CACHE_DIR"
 CACHE_FORMAT = 2  # bump when the cached content changes meaning

@@ -78,10 +78,11 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
-from probtrans.contract import autocast_off
 from probtrans.gp.kernels import gram
 from probtrans.gp.linalg import decouple_padding, jittered_cholesky
 from probtrans.gp.residual import FactoredKernel
+from probtrans.runtime.paths import SgpaConditional
+from probtrans.runtime.precision import autocast_off
 
 Sampling = Literal["marginal", "full"]
 
@@ -215,7 +216,9 @@ def decoupled_conditional_reference(
     key_mask: Tensor | None = None,
 ) -> DecoupledConditional:
     """:func:`decoupled_conditional` with every matrix in float64, K_aa included (O(T²)
-    float64 work and memory): the reference the fast path is tested against."""
+    float64 work and memory): the reference the fast path is tested against, and the
+    ``"float64"`` path of :mod:`probtrans.runtime.paths` (on a GPU with fast float64 it can be
+    the faster one)."""
     dtype = torch.promote_types(x_a.dtype, torch.float32)
     x_a, x_g, v_a = x_a.double(), x_g.double(), v_a.double()
     with autocast_off(x_a):
@@ -235,3 +238,10 @@ def decoupled_conditional_reference(
         jitter=jitter,
         dtype=dtype,
     )
+
+
+#: the decoupled conditional of each ``sgpa_conditional`` path (:mod:`probtrans.runtime.paths`)
+CONDITIONALS: dict[SgpaConditional, Callable[..., DecoupledConditional]] = {
+    "factored": decoupled_conditional,
+    "float64": decoupled_conditional_reference,
+}

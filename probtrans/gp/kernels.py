@@ -17,7 +17,7 @@ import torch
 from gpytorch.kernels import Kernel, RBFKernel, ScaleKernel
 from torch import Tensor
 
-from probtrans.contract import autocast_off, full_precision
+from probtrans.runtime.precision import autocast_off, full_precision
 from probtrans.specs.attention import KernelName
 
 

@@ -6,7 +6,7 @@ import torch
 from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
-from probtrans.contract import autocast_off, full_precision
+from probtrans.runtime.precision import autocast_off, full_precision
 
 
 def jittered_cholesky(matrix: Tensor, jitter: float, max_tries: int = 10) -> Tensor:

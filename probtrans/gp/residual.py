@@ -24,8 +24,9 @@ needs for 10⁻⁸ relative: three at the IMDB scales, at most ten) and as expm1
 the ARD kernel, where exp(s) alone could overflow (s > 80), as exp(c + s) − exp(c) (1 + s),
 c = log a(x) + log a(y), which never does (c + s ≤ 0). Elsewhere the amplitudes multiply the
 values rather than the T × T matrix: R v = σ_f² a ⊙ (E (a ⊙ v)), E_ij = e₂(s_ij). The product
-runs over the sequences and heads in chunks of about 4 MiB of T × T buffers, allocated once and
-reused (their elementwise passes stay in the processor's cache), and recomputes E in its
+runs over the sequences and heads in chunks of T × T buffers, allocated once and reused, of the
+device's ``residual_chunk`` elements (:mod:`probtrans.runtime.paths`: on a CPU 1 MiB of float32,
+so that their elementwise passes stay in a core's cache), and recomputes E in its
 backward pass instead of keeping it: what it keeps is O(T (d + d_v)) per sequence and head,
 whatever T.
 """
@@ -40,15 +41,14 @@ import torch
 from gpytorch.kernels import Kernel, RBFKernel
 from torch import Tensor
 
+from probtrans.runtime.paths import paths_for
+
 #: up to this |s|, e₂(s) is evaluated as its Taylor series (at most ten terms; a few passes over
 #: the chunk in cache cost less than one expm1)
 SERIES_BELOW = 1.0
 #: above this s, exp(s) would overflow float32; the ARD kernel's remainder is then formed in
 #: log space
 LARGEST_EXPONENT = 80.0
-#: T × T elements per chunk of the remainder's product (4 MiB of float32 per buffer: a chunk's
-#: elementwise passes run in the processor's cache)
-CHUNK_ELEMENTS = 1 << 20
 
 
 #: scaled points: x̃ (..., H, N, d) and log a(x) (..., H, N) (:meth:`FactoredKernel.scaled`)
@@ -127,16 +127,19 @@ def _series_terms(largest: float) -> int:
 
 
 def _series(s: Tensor, terms: int, out: Tensor) -> Tensor:
-    """s² Σ_{k<n} s^k / (k + 2)! by Horner's rule (n = ``terms``), written into ``out``."""
+    """s² Σ_{k<n} s^k / (k + 2)! by Horner's rule (n = ``terms``), written into ``out``: each
+    step c_k + out · s one fused pass (``addcmul``, one rounding: half the passes of a product
+    then a sum, and no less accurate)."""
     out.fill_(1 / math.factorial(terms + 1))  # the term k = n − 1
     for k in range(terms - 2, -1, -1):  # 1/2! + s (1/3! + s (…))
-        out.mul_(s).add_(1 / math.factorial(k + 2))
+        coefficient = s.new_tensor(1 / math.factorial(k + 2))
+        torch.addcmul(coefficient, out, s, out=out)
     return out.mul_(s).mul_(s)
 
 
 class _Workspace:
     """The two T × T buffers of a chunk, s and E, allocated once per product and reused by every
-    chunk (fresh 4 MiB buffers per chunk cost more in page faults than the arithmetic)."""
+    chunk (fresh buffers per chunk cost more in page faults than the arithmetic)."""
 
     def __init__(self, scaled: Tensor, rows: int) -> None:
         length = scaled.shape[1]
@@ -183,7 +186,8 @@ class _ResidualProduct(torch.autograd.Function):
         amplitude = None if log_a is None else log_a.exp()
         weighted = _weighted(v, amplitude)  # a ⊙ v
         out = torch.empty_like(v)
-        chunks = _chunks(scaled)
+        ctx.elements = paths_for(scaled.device).residual_chunk  # the backward's chunks too
+        chunks = _chunks(scaled, ctx.elements)
         work = _Workspace(scaled, chunks[0][0].stop)
         for rows, largest in chunks:
             s = work.products(scaled[rows])
@@ -201,7 +205,7 @@ class _ResidualProduct(torch.autograd.Function):
         amplitude = None if log_a is None else log_a.exp()
         grad_x, grad_v = torch.empty_like(scaled), torch.empty_like(v)
         weighted_v, weighted_g = _weighted(v, amplitude), _weighted(grad_out, amplitude)
-        chunks = _chunks(scaled)
+        chunks = _chunks(scaled, ctx.elements)
         work = _Workspace(scaled, chunks[0][0].stop)
         for rows, largest in chunks:
             x, s = scaled[rows], work.products(scaled[rows])
@@ -242,11 +246,12 @@ def _in_log_space(amplitude: Tensor | None, largest: float) -> bool:
     return amplitude is not None and largest > LARGEST_EXPONENT
 
 
-def _chunks(scaled: Tensor) -> list[tuple[slice, float]]:
-    """Row slices of x̃ (n, T, d) holding about :data:`CHUNK_ELEMENTS` T × T elements each, with
-    a bound on their |s_ij| = |x̃_i · x̃_j| ≤ max_i |x̃_i|² (Cauchy–Schwarz)."""
+def _chunks(scaled: Tensor, elements: int) -> list[tuple[slice, float]]:
+    """Row slices of x̃ (n, T, d) holding about ``elements`` T × T elements each (the device's
+    ``residual_chunk``, :mod:`probtrans.runtime.paths`), with a bound on their
+    |s_ij| = |x̃_i · x̃_j| ≤ max_i |x̃_i|² (Cauchy–Schwarz)."""
     n, length = scaled.shape[0], scaled.shape[1]
-    step = max(1, CHUNK_ELEMENTS // max(1, length * length))
+    step = max(1, elements // max(1, length * length))
     norms = scaled.detach().pow(2).sum(-1).amax(-1)  # (n,)
     starts = range(0, n, step)
     largest = [norms[i : i + step].max() for i in starts]

@@ -22,9 +22,9 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
-from probtrans.contract import autocast_off, full_precision
 from probtrans.gp.kernels import gram
 from probtrans.gp.linalg import decouple_padding, jittered_cholesky
+from probtrans.runtime.precision import autocast_off, full_precision
 
 
 @dataclass

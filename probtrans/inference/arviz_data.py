@@ -27,9 +27,9 @@ from pyro.infer import Predictive
 from torch import Tensor
 from torch.distributions import Categorical
 
-from probtrans.contract import caller_random_state
 from probtrans.errors import ProbtransError
 from probtrans.inference.predictive import az, inference_data
+from probtrans.runtime.caller_state import caller_random_state
 
 
 @caller_random_state()

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from probtrans import metrics
+from probtrans.analysis import metrics
 
 #: prior precisions tried on validation
 PRIOR_PRECISIONS = tuple(10.0**k for k in np.arange(-4.0, 4.5, 0.5))

@@ -15,8 +15,9 @@ guide alike) by β·a_t, giving E_q[log p(y | ·)] − β·a_t KL(q(W) ‖ p(W))
 KL terms added with :func:`probtrans.contract.kl_term` (e.g. SGPA's amortised KL) by a_t;
 the annealing factor a_t can change between steps (linear warm-up from 0 to 1).
 
-:func:`loss_and_terms` computes the loss as ``elbo.differentiable_loss`` does (the same
-operations, so the same value and gradients) and, from the same traces, the terms of the ELBO at
+:func:`loss_and_terms` computes the loss as ``elbo.differentiable_loss`` does (the same value
+and gradients; without reading the loss back from the device, as a GPU step should not wait: see
+:func:`probtrans.internals.pyro.particle_loss`) and, from the same traces, the terms of the ELBO at
 full weight (β = a_t = 1 whatever ``elbo.kl_weight``, ``kl_scale`` and the annealing):
 ELBO = E_q[log p(y | x, W)] − KL, KL = KL_global + KL_amortised, where
 KL_global = E_q[log q(W) − log p(W)] over the global sites (analytic KL(q ‖ p) per site with
@@ -42,16 +43,14 @@ import torch
 from pyro import poutine
 from pyro.distributions.util import scale_and_mask
 from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
-from pyro.infer.util import torch_item
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.trace_struct import Trace
-from pyro.util import warn_if_nan
 from torch import Tensor, nn
 from torch.distributions import kl_divergence
 
 from probtrans.attention import inducing_sites
 from probtrans.contract import fused_attention, is_kl_term, is_self_guided
-from probtrans.pyro_internals import particle_loss, particle_traces
+from probtrans.internals.pyro import particle_loss, particle_traces
 from probtrans.specs import ElboSpec
 
 #: the ELBO's terms (summed over the data, like the loss) that :func:`loss_and_terms` returns,
@@ -140,22 +139,22 @@ def make_elbo(spec: ElboSpec) -> Trace_ELBO:
 def loss_and_terms(
     elbo: Trace_ELBO, model: Callable, guide: Callable, *args: Any, **kwargs: Any
 ) -> tuple[Tensor, Tensor]:
-    """``elbo.differentiable_loss(model, guide, *args, **kwargs)``, computed as Pyro computes it
-    (the same operations: the same value and gradients), and the ELBO's :data:`TERMS` of the same
-    traces at full weight, averaged over the particles (vectorised ones too): a float64 tensor
+    """``elbo.differentiable_loss(model, guide, *args, **kwargs)`` (the same value and gradients,
+    computed without reading the device), and the ELBO's :data:`TERMS` of the same traces at
+    full weight, averaged over the particles (vectorised ones too): a float64 tensor on the CPU
     without gradient, each term scaled by the data plate like the loss."""
     analytic = isinstance(elbo, TraceMeanField_ELBO)
-    loss, surrogate_loss, terms = 0.0, 0.0, torch.zeros(len(TERMS), dtype=torch.float64)
+    loss, surrogate_loss, terms = 0.0, 0.0, 0.0
     for model_trace, guide_trace in particle_traces(elbo, model, guide, args, kwargs):
         loss_particle, surrogate_loss_particle = particle_loss(elbo, model_trace, guide_trace)
         surrogate_loss += surrogate_loss_particle / elbo.num_particles
         loss += loss_particle / elbo.num_particles
         with torch.no_grad():
-            terms = terms + particle_terms(model_trace, guide_trace, analytic).cpu() / (
-                elbo.num_particles
-            )
-    warn_if_nan(surrogate_loss, "loss")
-    return loss + (surrogate_loss - torch_item(surrogate_loss)), terms
+            terms = terms + particle_terms(model_trace, guide_trace, analytic) / elbo.num_particles
+    # the loss's value with the surrogate's gradients, read nowhere (Pyro reads the surrogate
+    # back and warns of NaN: two waits for a GPU; the training loop checks the loss once)
+    loss = (loss + (surrogate_loss - surrogate_loss.detach())).to(surrogate_loss.dtype)
+    return loss, terms.cpu()  # one read of the device, for the history
 
 
 def particle_terms(model_trace: Trace, guide_trace: Trace, analytic: bool) -> Tensor:

@@ -32,15 +32,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from probtrans.analysis.metrics import nll
+from probtrans.analysis.results import PLAIN
 from probtrans.classifier import BackboneClassifier, Classifier
 from probtrans.data import DataBundle, DataSplit
 from probtrans.errors import ConfigError, ProbtransError
 from probtrans.inference.laplace import LastLayerLaplace
 from probtrans.inference.predictive import sample_predictive
-from probtrans.metrics import nll
+from probtrans.runtime.stopwatch import Stopwatch
 from probtrans.specs import PredictiveSpec
 from probtrans.specs.inference import POSTHOC
-from probtrans.stopwatch import Stopwatch
 
 Probs = dict[str, dict[str, np.ndarray]]  # variant → split → (S, N, C)
 TrainFeatures = Callable[[], np.ndarray]  # → the training split's features (N, D), computed once
@@ -163,7 +164,7 @@ def posterior_predictives(
     context = PosthocContext(
         classifier, draws, data, spec, on, plain, features, device, train_features
     )
-    outputs = {"plain": plain}
+    outputs = {PLAIN: plain}
     for name, method in methods.items():
         with stopwatch.part(name):
             method.check(classifier, spec)

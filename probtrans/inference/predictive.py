@@ -5,7 +5,7 @@ share their global draw are evaluated in one batched pass (see :func:`sample_pre
 requested sites are kept: class probabilities ``probs`` and sampled labels ``obs`` always, the
 attention matrices only with ``attention=True`` (they are B × H × L × L per sample).
 :func:`log_likelihood` is the pointwise likelihood of each global draw, the local randomness
-averaged out, that PSIS-LOO reads (:mod:`probtrans.elpd`).
+averaged out, that PSIS-LOO reads (:mod:`probtrans.analysis.elpd`).
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from pyro import poutine
 from pyro.infer import Predictive
 from torch import Tensor, nn
 
+from probtrans.analysis.elpd import arviz
 from probtrans.attention import attention_sites, inducing_sites
 from probtrans.classifier import Classifier
-from probtrans.contract import local_params
 from probtrans.data import DataSplit
-from probtrans.elpd import arviz
 from probtrans.inference.objective import self_guided
-from probtrans.progress import progress_bar
+from probtrans.runtime.caller_state import local_params
+from probtrans.runtime.progress import progress_bar
 
 az = arviz()
 

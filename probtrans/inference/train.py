@@ -5,7 +5,7 @@ resumption.
 Each step minimises ``elbo.differentiable_loss(model, guide, ...)`` with a PyTorch optimiser over
 the classifier's and the guide's parameters (Pyro's loop for PyroModules that keep their
 parameters locally; see :mod:`probtrans.contract`). The guide is the one the inference spec names,
-or one given in Python (:data:`~probtrans.inference.guide.GuideChoice`); a guide with a
+or one given in Python (:data:`~probtrans.inference.guide_builder.GuideChoice`); a guide with a
 ``laplace_approximation`` (``AutoLaplaceApproximation``) is trained as MAP and then replaced by
 its Laplace approximation at the best state, on the whole training set. With a
 :class:`Resumable`, the whole training state is saved after every epoch and an interrupted fit
@@ -28,11 +28,11 @@ per example above ``train.divergence_factor`` times its scale at the start of th
 training with :class:`TrainingDiverged`, naming the epoch, the step and the likely cause; the
 states saved at earlier epochs are left as they were.
 
-Data-parallel training (:mod:`probtrans.distributed`; ``torchrun --nproc_per_node N``): every
-process draws the same permutation of the training set and takes its share of each global batch
-of ``train.batch_size`` rows (:meth:`~probtrans.distributed.Processes.shard`); the loss is the
-module :class:`ElboObjective`, wrapped in ``DistributedDataParallel``, which averages the
-gradients of the classifier's and the guide's parameters. Each process's loss is weighted by its
+Data-parallel training (:mod:`probtrans.runtime.distributed`; ``torchrun --nproc_per_node N``):
+every process draws the same permutation of the training set and takes its share of each global
+batch of ``train.batch_size`` rows (:meth:`~probtrans.runtime.distributed.Processes.shard`); the
+loss is the module :class:`ElboObjective`, wrapped in ``DistributedDataParallel``, which averages
+the gradients of the classifier's and the guide's parameters. Each process's loss is weighted by its
 share of the global batch (N · b_r / B), so that the averaged gradient is exactly that of the
 global batch's ELBO whatever the sizes of the shares: for a deterministic model N processes
 follow the path of one process with the same batch size. The validation metric is computed by
@@ -65,13 +65,17 @@ from pyro.optim.clipped_adam import ClippedAdam
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from probtrans.checkpoint import load_checkpoint, require, save_checkpoint
+from probtrans.analysis.metrics import ranked_metric
 from probtrans.classifier import Classifier
-from probtrans.contract import caller_random_state, local_params, outputs_unrecorded
+from probtrans.contract import outputs_unrecorded
 from probtrans.data import DataBundle
-from probtrans.distributed import Processes, current
 from probtrans.errors import ProbtransError
-from probtrans.inference.guide import GuideChoice, build_guide, given_guide, guide_parameters
+from probtrans.inference.guide_builder import (
+    GuideChoice,
+    build_guide,
+    given_guide,
+    guide_parameters,
+)
 from probtrans.inference.objective import (
     TERMS,
     KLWeight,
@@ -82,10 +86,12 @@ from probtrans.inference.objective import (
 )
 from probtrans.inference.predictive import sample_predictive
 from probtrans.inference.training_log import open_log
-from probtrans.metrics import ranked_metric
-from probtrans.progress import progress_bar
-from probtrans.pyro_internals import ParamsUnsent, quiet_reads
+from probtrans.internals.pyro import ParamsUnsent, quiet_reads
+from probtrans.runtime.caller_state import caller_random_state, local_params
+from probtrans.runtime.distributed import Processes, current
+from probtrans.runtime.progress import progress_bar
 from probtrans.specs import InferenceSpec, OptimSpec
+from probtrans.storage.checkpoint import load_checkpoint, require, save_checkpoint
 
 #: keys of the resume file besides :class:`TrainingState`'s: the objects
 #: :meth:`SVITraining.stateful` returns
@@ -143,7 +149,7 @@ class Resumable:
 
     ``saved`` is the state found in the file when it was opened, or None when there is none or it
     belongs to another fit. A file that cannot be read, or lacks part of the state, raises
-    :class:`~probtrans.checkpoint.UnreadableCheckpoint`.
+    :class:`~probtrans.storage.checkpoint.UnreadableCheckpoint`.
     """
 
     path: Path
@@ -292,7 +298,7 @@ class ElboObjective(nn.Module):
     the guide (one per parameter a ``PyroModule`` reads, tens per step; their parameters are
     trained from ``.parameters()``, not from a trace) stop at a block around each, and inside
     it the classifier's modules read their parameters without sending them
-    (:class:`~probtrans.pyro_internals.ParamsUnsent`). The classifier skips its output sites
+    (:class:`~probtrans.internals.pyro.ParamsUnsent`). The classifier skips its output sites
     (:func:`~probtrans.contract.outputs_unrecorded`). The loss and its gradients are those of
     the model and guide without them."""
 
@@ -454,13 +460,19 @@ class SVITraining:
         self, index: Tensor, inputs: Tensor, mask: Tensor | None, labels: Tensor
     ) -> tuple[Tensor, Tensor]:
         """:meth:`loss` as a training step computes it: by the step's objective (under
-        ``DistributedDataParallel`` across processes), without Pyro's checks of the model and
-        the guide (their sites match and have the right shapes, every log-density is finite,
-        module-local parameters): :meth:`loss_scale` makes them on the first batch before the
-        first step of every session, and a loss that is not finite stops training
-        (:class:`TrainingDiverged`). The distributions still check their arguments (a network
-        that produces NaN). The same loss and gradients as with the checks."""
-        with pyro.settings.context(validate_infer=False, validate_poutine=False):
+        ``DistributedDataParallel`` across processes), without Pyro's checks of the model, the
+        guide and the distributions' arguments (their sites match and have the right shapes,
+        every log-density and parameter is finite, module-local parameters): :meth:`loss_scale`
+        makes them on the first batch before the first step of every session, and a loss that is
+        not finite (a network that produces NaN) stops training (:class:`TrainingDiverged`).
+        Each check of a value reads it back from the device, a wait for a GPU per distribution;
+        the step reads one number, the loss. The same loss and gradients as with the checks."""
+        with pyro.settings.context(
+            validate_infer=False,
+            validate_poutine=False,
+            validate_distributions_pyro=False,
+            validate_distributions_torch=False,
+        ):
             return self.loss(index, inputs, mask, labels, objective=self.step_loss)
 
     @torch.no_grad()
@@ -482,8 +494,8 @@ class SVITraining:
         """One pass over the shuffled training data; returns the epoch's training record: the
         means over its steps of the ELBO and its terms per example (:func:`elbo_record`) and of
         the ``objective`` per example (−loss / N), the KL annealing and learning rate of its last
-        step. Raises :class:`TrainingDiverged` when the loss per example is not finite or exceeds
-        ``limit``, or the network's values are."""
+        step. Raises :class:`TrainingDiverged` when the loss per example is not finite (the
+        network's values are not) or exceeds ``limit``."""
         n_train, train, processes = len(self.data.train), self.spec.train, self.processes
         self.classifier.train()
         batches = self.data.train.batch_indices(
@@ -509,23 +521,13 @@ class SVITraining:
             part = processes.shard(index)
             share = len(part) / len(index)  # of the global batch; 0 for a part left empty
             batch = self.data.train.batch(part if len(part) else index[:1])
-            loss, terms, invalid = None, torch.zeros(len(TERMS), dtype=torch.float64), 0.0
-            try:
-                loss, terms = self.training_loss(*batch)
-                loss = loss * (processes.size * share)
-            except ValueError as err:  # Pyro's check of a distribution's parameters
-                if "invalid values" not in str(err):
-                    raise
-                invalid = 1.0
-            weighted = 0.0 if loss is None else loss.item() / processes.size
-            stats = torch.tensor([weighted, invalid], dtype=torch.float64)
-            summed = processes.sum(torch.cat([stats, terms * share]))  # the global batch's
-            value, invalid = summed[:2].tolist()
-            if invalid:
-                what = "the network produced NaN or infinite values"
-                raise TrainingDiverged(epoch, step + 1, self.steps_per_epoch, what, self.spec)
+            loss, terms = self.training_loss(*batch)
+            loss = loss * (processes.size * share)
+            weighted = torch.tensor([loss.item() / processes.size], dtype=torch.float64)
+            summed = processes.sum(torch.cat([weighted, terms * share]))  # the global batch's
+            value = summed[0].item()
             per_example = value / n_train
-            if not per_example <= limit:  # also NaN
+            if not per_example <= limit:  # also NaN: the network's values, or an overflow
                 what = f"the loss per example is {per_example:.4g} (limit {limit:.4g})"
                 raise TrainingDiverged(epoch, step + 1, self.steps_per_epoch, what, self.spec)
             loss.backward()
@@ -533,7 +535,7 @@ class SVITraining:
             self.optimizer.step()
             self.schedule.step()
             total += value
-            total_terms += summed[2:]
+            total_terms += summed[1:]
         self.classifier.eval()
         mean_terms = total_terms / self.steps_per_epoch / n_train
         return {
@@ -596,15 +598,16 @@ def train_classifier(
     The result's ``elbo_terms`` are those of :meth:`SVITraining.training_set_elbo` at the best
     state (before a Laplace approximation), with the draws of ``seed``. Seeded by ``seed``
     (each process by ``seed`` and its rank); the caller's random state is restored on return
-    (:func:`~probtrans.contract.caller_random_state`).
+    (:func:`~probtrans.runtime.caller_state.caller_random_state`).
 
-    In a process group (:func:`probtrans.distributed.current`), every process calls this with
-    the same arguments; rank 0's ``resumable``, ``on_improve`` and ``log_dir`` are used and the
+    In a process group (:func:`probtrans.runtime.distributed.current`), every process calls this
+    with the same arguments; rank 0's ``resumable``, ``on_improve`` and ``log_dir`` are used and the
     others' are ignored (see the module docstring).
     """
     processes = current()
     pyro.set_rng_seed(seed)
     classifier.to(device)
+    classifier.paths = spec.paths.model_dump()  # the spec's [paths] overrides, in every call
     svi = SVITraining(classifier, data, spec, seed, device, guide, processes)
     state = TrainingState()
     saved = processes.share(lambda: None if resumable is None else resumable.saved)

@@ -26,7 +26,7 @@ from types import TracebackType
 from typing import Literal
 
 from probtrans.errors import ConfigError
-from probtrans.io import write_text
+from probtrans.storage.io import write_text
 
 #: the file of ``logger = "csv"`` and the folder of ``logger = "tensorboard"`` in a run folder
 CSV_FILE, TENSORBOARD_FOLDER = "history.csv", "tensorboard"

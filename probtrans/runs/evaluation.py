@@ -22,15 +22,16 @@ import numpy as np
 import pyro
 import torch
 
-from probtrans import figures
+from probtrans.analysis import figures
+from probtrans.analysis.elpd import Loo, psis_loo
+from probtrans.analysis.feature_scores import FittedScores, fit_feature_scores
+from probtrans.analysis.results import PLAIN, PredictiveMetrics, RunMetrics
+from probtrans.analysis.summary import constant_note, ood_sets, summarise
 from probtrans.attention import attention_sites
-from probtrans.contract import caller_random_state, float32_default
 from probtrans.data import DataBundle, DataSplit
 from probtrans.data.file_bundle import add_ood_sets
 from probtrans.data.saved import saved_with
-from probtrans.elpd import Loo, psis_loo
 from probtrans.errors import ProbtransError
-from probtrans.feature_scores import FittedScores, fit_feature_scores
 from probtrans.inference.objective import ELBO_KEYS
 from probtrans.inference.posthoc import (
     Energy,
@@ -49,9 +50,6 @@ from probtrans.inference.predictive import (
     sample_predictive,
     varies_in_the_head_only,
 )
-from probtrans.io import read_json, write_bytes, write_json
-from probtrans.lock import folder_lock
-from probtrans.progress import no_thread_left
 from probtrans.runs.folder import (
     FEATURE_FILE,
     RunInfo,
@@ -69,11 +67,15 @@ from probtrans.runs.kept import (
     write_probs,
 )
 from probtrans.runs.run import Run, load_run
+from probtrans.runtime.caller_state import caller_random_state, float32_default
+from probtrans.runtime.paths import taken
+from probtrans.runtime.progress import no_thread_left
+from probtrans.runtime.stopwatch import Stopwatch
 from probtrans.specs.base import check_count, check_seed
 from probtrans.specs.inference import AUTOMATIC_LOO_SAMPLES, PredictiveSpec
 from probtrans.specs.model import OodSetSpec
-from probtrans.stopwatch import Stopwatch
-from probtrans.summary import CONSTANT_NOTE, constant_note, ood_sets, summarise
+from probtrans.storage.io import read_json, write_bytes, write_json
+from probtrans.storage.lock import folder_lock
 from probtrans.tta import Adaptation, AdaptationOptions, adaptation_options, adapted_predictive
 
 Draws = dict[str, torch.Tensor]  # site → (S, ...)
@@ -151,8 +153,8 @@ class Likelihoods:
     train_probs: np.ndarray | None = None  # (S, N_train, C)
 
     def metrics(self) -> dict[str, Any]:
-        """The LOO keys of ``metrics.json`` (:meth:`probtrans.elpd.Loo.metrics`; null without
-        a LOO, ``loo_note`` says why)."""
+        """The LOO keys of ``metrics.json`` (:meth:`probtrans.analysis.elpd.Loo.metrics`; null
+        without a LOO, ``loo_note`` says why)."""
         if self.loo is not None:
             return self.loo.metrics()
         empty = {"loo": None, "loo_se": None, "p_loo": None, "loo_k_bad": None}
@@ -164,9 +166,9 @@ def likelihoods(
 ) -> Likelihoods:
     """The test and training log-likelihood (and class probabilities) of the first
     ``loo_samples`` global ``draws``, and the PSIS-LOO of the training one
-    (:func:`probtrans.elpd.psis_loo`), with those draws as the posterior; a point-mass posterior
-    is evaluated once and its rows repeated. Without a training split: the test values of the
-    first ``samples`` draws. No likelihoods (the first ``samples`` draws alone) with
+    (:func:`probtrans.analysis.elpd.psis_loo`), with those draws as the posterior; a point-mass
+    posterior is evaluated once and its rows repeated. Without a training split: the test values of
+    the first ``samples`` draws. No likelihoods (the first ``samples`` draws alone) with
     ``loo_samples = 0``, or unset when the draws differ inside the network (see
     :class:`probtrans.specs.PredictiveSpec`)."""
     spec = run.inference_spec.predictive
@@ -220,7 +222,7 @@ def fit_run_feature_scores(
 ) -> FittedScores | None:
     """The feature-space scores of the run (``[predictive] feature_scores``), fitted on the
     training split's pooled features averaged over the posterior ``draws``
-    (:func:`probtrans.feature_scores.fit_feature_scores`) and written to
+    (:func:`probtrans.analysis.feature_scores.fit_feature_scores`) and written to
     ``feature_scores.npz``; a folder that keeps no training split keeps the scores it has (None
     if none, with a note). What a score says of some classes (one that falls back to the shared
     covariance, or has no training example) is a note.
@@ -313,18 +315,18 @@ def evaluate(
     adapt: AdaptationOptions | None = None,
     stopwatch: Stopwatch | None = None,
     folder: Path | None = None,
-) -> dict[str, Any]:
+) -> RunMetrics:
     """Posterior predictive on the validation and in-domain test splits and every out-of-domain
     set; writes ``predictive.nc`` (:func:`probtrans.inference.predictive.inference_data`),
     ``probs.npz``, ``feature_scores.npz`` and ``report.png`` into ``folder`` (a staging folder
-    that becomes ``run.path``; default ``run.path``) and returns the metrics
-    (:func:`probtrans.summary.summarise`; post-hoc variants prefixed ``{variant}.``; PSIS-LOO of
-    the plain predictive: :meth:`Likelihoods.metrics`). An unreliable LOO is warned about.
-    ``adapt``: the predictive of every split adapts to each test batch first
+    that becomes ``run.path``; default ``run.path``) and returns the metrics: of each
+    predictive (:func:`probtrans.analysis.summary.summarise`), and the run's (PSIS-LOO of the
+    plain predictive: :meth:`Likelihoods.metrics`). An unreliable LOO is warned
+    about. ``adapt``: the predictive of every split adapts to each test batch first
     (:mod:`probtrans.tta`; ``metrics["adaptation"]`` names it); the training split's
     features and likelihoods are not adapted. Seeded by ``seed``; the caller's random state is
-    restored on return (:func:`~probtrans.contract.caller_random_state`). ``stopwatch`` gets
-    the seconds of each part (the predictive and each variant, the training features, the
+    restored on return (:func:`~probtrans.runtime.caller_state.caller_random_state`). ``stopwatch``
+    gets the seconds of each part (the predictive and each variant, the training features, the
     feature scores, the likelihoods and LOO, the metrics and the files)."""
     stopwatch = stopwatch or Stopwatch()
     folder = run.path if folder is None else folder
@@ -343,23 +345,26 @@ def evaluate(
     feature = split_feature_scores(fitted, features)
     with stopwatch.part("metrics"):
         labels = split_labels(run.data)
-        scores = summarise(probs["plain"], labels, given_scores(energy["plain"], feature))
-        for variant in sorted(probs.keys() - {"plain"}):
-            given = given_scores(energy.get(variant), feature)
-            variant_scores = summarise(probs[variant], labels, given)
-            scores.update({f"{variant}.{k}": v for k, v in variant_scores.items()})
-        for variant, by_split in sorted(probs.items()):  # the command warns of them at its end
-            note = constant_note(by_split, run.data.class_names)
-            if note is not None:
-                scores[CONSTANT_NOTE if variant == "plain" else f"{variant}.{CONSTANT_NOTE}"] = note
-    scores["posterior_samples"] = samples
-    scores["ood_score"] = run.inference_spec.predictive.ood_score  # the one shown first
-    scores["adaptation"] = None if adapt is None else adapt.model_dump()
+        predictives = {
+            variant: PredictiveMetrics(
+                summarise(probs[variant], labels, given_scores(energy.get(variant), feature)),
+                constant_note(probs[variant], run.data.class_names),  # warned of at the end
+            )
+            for variant in [PLAIN, *sorted(probs.keys() - {PLAIN})]
+        }
+    scores = RunMetrics(
+        predictives,
+        {
+            "posterior_samples": samples,
+            "ood_score": run.inference_spec.predictive.ood_score,  # the one shown first
+            "adaptation": None if adapt is None else adapt.model_dump(),
+        },
+    )
     with stopwatch.part("files"):
         write_probs(folder / "probs.npz", probs, labels, energy, feature)
     with stopwatch.part("likelihoods"):
         pointwise = likelihoods(run, draws, samples, device, seed, progress)
-    scores.update(pointwise.metrics())
+    scores.run.update(pointwise.metrics())
     if pointwise.loo is not None and not pointwise.loo.reliable:
         print(f"warning: {pointwise.loo.note} (metrics.json: loo_note)", file=sys.stderr)
     with stopwatch.part("files"):
@@ -379,9 +384,9 @@ def evaluate(
         write_bytes(folder / "predictive.nc", netcdf_bytes(idata))
         figures.save_run_figure(
             folder / "report.png",
-            probs["plain"]["test"],
+            probs[PLAIN]["test"],
             labels["test"],
-            ood_sets(probs["plain"]),
+            ood_sets(probs[PLAIN]),
             title=figures.run_title(
                 run.model_spec.data.in_words() if run.model_spec.data.train else run.data.name,
                 run.model_spec.network.in_words(),
@@ -390,7 +395,7 @@ def evaluate(
                 figures.draws_in_words(weights_vary, bool(attention_sites(run.classifier))),
             ),
             history=figures.read_history(folder / "history.json"),
-            given=given_scores(energy["plain"], feature),
+            given=given_scores(energy[PLAIN], feature),
             ood_score=run.inference_spec.predictive.ood_score,
             weights_vary=weights_vary,
         )
@@ -417,10 +422,11 @@ def evaluate_run(
     the run's data; a set of a name the run has replaces that one. ``adapt`` (``"em"``,
     ``"tent"`` or their options; ``adapt_online``: Tent's state carried between batches): a
     test-time adaptation to each batch (:func:`evaluate`), checked against the model before
-    anything is computed. The files are written into
-    a copy of the folder that then replaces it (:func:`~probtrans.runs.folder.staged_copy`):
-    whatever stops the evaluation, the folder is the old run or the new one. The caller's
-    random state is restored on return (:func:`~probtrans.contract.caller_random_state`)."""
+    anything is computed. The files are written into a copy of the folder that then replaces it
+    (:func:`~probtrans.runs.folder.staged_copy`): whatever stops the evaluation, the folder is
+    the old run or the new one. Returns what ``metrics.json`` now holds. The caller's random
+    state is restored on return (:func:`~probtrans.runtime.caller_state.caller_random_state`).
+    """
     seed = check_seed(seed, f"seed = {seed!r}")
     check_count(samples, f"samples = {samples!r}")
     run = load_run(run_dir, device)
@@ -451,15 +457,17 @@ def evaluate_run(
                 stopwatch=stopwatch,
                 folder=staging,
             )
-            scores.update({key: previous[key] for key in ELBO_KEYS if key in previous})  # fit's
-            scores.update(RunInfo.read(previous))
+            scores.run.update({key: previous[key] for key in ELBO_KEYS if key in previous})
+            scores.run.update(RunInfo.read(previous))  # fit's
             if ood or saved_with(staging) != checkpoint_fingerprint(staging):
                 # none saved, saved with another checkpoint, or before checkpoints were named
                 save_run_data(staging, run.data, run.inference_spec.predictive)
             timing["evaluate_seconds"] = time.perf_counter() - started
             timing["evaluate_parts"] = stopwatch.seconds
+            timing["evaluate_paths"] = taken(device, run.classifier.paths)
             write_json(staging / "timing.json", timing)
-            write_json(staging / "metrics.json", scores)
+            written = scores.to_json()
+            write_json(staging / "metrics.json", written)
             replace_folder(staging, run.path)
         except ProbtransError as err:  # a file named in the run folder, not in its copy
             shutil.rmtree(staging, ignore_errors=True)
@@ -470,4 +478,4 @@ def evaluate_run(
             shutil.rmtree(staging, ignore_errors=True)
             err.add_note(f"{run.path} is as it was")
             raise
-    return scores
+    return written

@@ -4,7 +4,7 @@ folder (:mod:`probtrans.runs.folder`), on one process or several (``torchrun``).
 Two fits with the same specs and seed write byte-identical files, ``timing.json`` aside.
 ``fit`` trains into ``DIR.partial`` and only replaces ``DIR`` once the run is complete, so a
 failed or interrupted fit never destroys an earlier run; it replaces ``DIR`` only if that is a
-run folder (or ``force``), and holds the lock ``DIR.lock`` (:mod:`probtrans.lock`) while it
+run folder (or ``force``), and holds the lock ``DIR.lock`` (:mod:`probtrans.storage.lock`) while it
 works. Fitting the same specs, seed and epochs into the same folder again continues from the
 last finished epoch (the folder's ``resume.pt`` is removed once the run is complete).
 """
@@ -22,19 +22,13 @@ from typing import Any
 
 import pyro
 
-from probtrans import distributed
-from probtrans.checkpoint import save_checkpoint
 from probtrans.classifier import build_classifier
-from probtrans.contract import caller_random_state, float32_default
 from probtrans.data import DataBundle, load_data
 from probtrans.errors import ConfigError, ProbtransError, in_file
 from probtrans.hub import Backbone, keep_backbone
-from probtrans.inference.guide import GuideChoice
+from probtrans.inference.guide_builder import GuideChoice
 from probtrans.inference.posthoc import check_posthoc
 from probtrans.inference.train import BestState, Resumable, TrainingDiverged, train_classifier
-from probtrans.io import remove_temporary_files, write_json
-from probtrans.lock import folder_lock
-from probtrans.progress import no_thread_left
 from probtrans.resolve import (
     as_backbone_reads,
     load_inference_spec,
@@ -53,10 +47,16 @@ from probtrans.runs.folder import (
     staging_folder,
 )
 from probtrans.runs.run import Run, check_device, seeded_draws
+from probtrans.runtime import distributed
+from probtrans.runtime.caller_state import caller_random_state, float32_default
+from probtrans.runtime.paths import taken
+from probtrans.runtime.progress import no_thread_left
+from probtrans.runtime.stopwatch import Stopwatch
 from probtrans.specs import (
     ElboSpec,
     InferenceSpec,
     OptimSpec,
+    PathsSpec,
     PredictiveSpec,
     Spec,
     SpecFile,
@@ -66,7 +66,9 @@ from probtrans.specs import (
     updated,
 )
 from probtrans.specs.base import check_seed
-from probtrans.stopwatch import Stopwatch
+from probtrans.storage.checkpoint import save_checkpoint
+from probtrans.storage.io import remove_temporary_files, write_json
+from probtrans.storage.lock import folder_lock
 
 SpecSource = str | Path | SpecFile
 #: what a keyword of :func:`fit` gives one table of the inference spec: field → value, or the
@@ -78,6 +80,7 @@ TABLES: dict[str, type[Spec]] = {
     "optim": OptimSpec,
     "train": TrainSpec,
     "predictive": PredictiveSpec,
+    "paths": PathsSpec,
 }
 #: a guide given in Python is labelled with its ``functools.partial`` keywords if they are this
 #: short, written out
@@ -162,6 +165,7 @@ def fit(
     optim: TableSource | None = None,
     train: TableSource | None = None,
     predictive: TableSource | None = None,
+    paths: TableSource | None = None,
     data: DataBundle | None = None,
     epochs: int | None = None,
     device: str = "cpu",
@@ -182,24 +186,25 @@ def fit(
     draws of it.
 
     Where each part of the inference comes from: the guide is ``guide`` if given, else the
-    spec's ``[guide]``; the ELBO (and its KL annealing), optimiser, training and predictive are
-    the tables ``[elbo]``, ``[optim]``, ``[train]``, ``[predictive]`` of ``inference`` — or,
-    when ``inference`` is omitted (only with a ``guide``), the defaults of
+    spec's ``[guide]``; the ELBO (and its KL annealing), optimiser, training, predictive and
+    computation paths are the tables ``[elbo]``, ``[optim]``, ``[train]``, ``[predictive]``,
+    ``[paths]`` of ``inference`` — or, when ``inference`` is omitted (only with a ``guide``),
+    the defaults of
     :class:`~probtrans.specs.InferenceSpec` (Trace_ELBO without annealing, Adam at 1e-3, 30
-    epochs) — with the fields that the keywords ``elbo``, ``optim``, ``train``,
-    ``predictive`` name replaced (a dict field → value, e.g. ``elbo={"kl_anneal_epochs": 5}``,
-    or the table's spec object, e.g. ``optim=OptimSpec(lr=5e-3)``, which replaces the whole
+    epochs) — with the fields that the keywords ``elbo``, ``optim``, ``train``, ``predictive``,
+    ``paths`` name replaced (a dict field → value, e.g. ``elbo={"kl_anneal_epochs": 5}``, or
+    the table's spec object, e.g. ``optim=OptimSpec(lr=5e-3)``, which replaces the whole
     table). The run folder (``inference.toml``, ``checkpoint.pt``) keeps that effective spec,
     so :meth:`Run.load` reads it back. ``epochs`` sets ``train.epochs`` last (the folder keeps
     the spec's text and the epochs beside it, as ``--epochs``). ``data``: an in-memory
     :class:`~probtrans.data.DataBundle` instead of the model spec's ``[data]``. Everything
     random is seeded by ``seed`` before the network is built, so two fits with one seed are
     identical, and the caller's random state (Python's ``random``, NumPy's, torch's) is restored
-    on return (:func:`~probtrans.contract.caller_random_state`). An interrupted fit into the
-    same ``out`` continues from its last finished epoch.
+    on return (:func:`~probtrans.runtime.caller_state.caller_random_state`). An interrupted fit
+    into the same ``out`` continues from its last finished epoch.
 
-    In a process group (``torchrun``; :mod:`probtrans.distributed`) every process calls ``fit``
-    with the same arguments and they train one model together; rank 0 alone writes the run
+    In a process group (``torchrun``; :mod:`probtrans.runtime.distributed`) every process calls
+    ``fit`` with the same arguments and they train one model together; rank 0 alone writes the run
     folder (and evaluates), and every process returns once it is written.
     """
     processes = distributed.current()
@@ -207,7 +212,13 @@ def fit(
     seed = check_seed(seed, f"seed = {seed!r}")
     model_text, model_spec = spec_source(model, load_model_spec)
     model_spec, backbone = with_local_backbone(model_spec)
-    tables = {"elbo": elbo, "optim": optim, "train": train, "predictive": predictive}
+    tables = {
+        "elbo": elbo,
+        "optim": optim,
+        "train": train,
+        "predictive": predictive,
+        "paths": paths,
+    }
     inference_text, inference_spec = inference_source(inference, guide, tables)
     texts = {"model_spec": model_text, "inference_spec": inference_text}
     if epochs is not None:
@@ -354,13 +365,16 @@ def train_and_evaluate(
         run, device=device, seed=seed, progress=progress, stopwatch=stopwatch, folder=folder
     )
     info = RunInfo(seed, run.inference_spec.train.epochs, result.best.epoch)
-    scores.update({**result.elbo_terms, **dataclasses.asdict(info)})  # training-set ELBO
-    write_json(folder / "metrics.json", scores)
+    scores.run.update({**result.elbo_terms, **dataclasses.asdict(info)})  # training-set ELBO
+    write_json(folder / "metrics.json", scores.to_json())
+    paths = taken(device, run.classifier.paths)
     timing = {
         "train_seconds": result.seconds,
         "evaluate_seconds": time.perf_counter() - started,
         "evaluate_parts": stopwatch.seconds,
         "epoch_seconds": result.epoch_seconds,
+        "train_paths": paths,  # one device for both
+        "evaluate_paths": paths,
     }
     write_json(folder / "timing.json", timing)
     resumable.path.unlink()

@@ -9,7 +9,7 @@ Run folder (:data:`RUN_FILES`):
                                  posterior draws), and the spec texts (what ``load_run`` reads)
     history.json                 per-epoch ELBO and validation metrics
     metrics.json                 test metrics, OOD scores, temperature-scaled metrics, post-hoc
-                                 variants (:func:`probtrans.summary.summarise`), PSIS-LOO
+                                 variants (:func:`probtrans.analysis.summary.summarise`), PSIS-LOO
                                  (:mod:`probtrans.runs.evaluation`) and the :class:`RunInfo`
     probs.npz                    class probabilities (S, N, C) of every variant on the validation
                                  and test splits and every out-of-domain set, free energies (N,),
@@ -17,13 +17,13 @@ Run folder (:data:`RUN_FILES`):
                                  they were computed from: a probs.npz of another checkpoint (a
                                  copy from another run) is not read as this run's
     feature_scores.npz           the feature-space scores fitted on the training split
-                                 (:mod:`probtrans.feature_scores`), for new inputs
+                                 (:mod:`probtrans.analysis.feature_scores`), for new inputs
     predictive.nc                ArviZ InferenceData (NetCDF): the test posterior predictive, the
                                  posterior draws of the global sites and the training
                                  log-likelihood that ``az.loo`` reads
     report.png                   reliability with bin counts, entropy and mutual information in vs
                                  out of domain, OOD ROC, risk–coverage, training curves
-                                 (:func:`probtrans.figures.run_figure`)
+                                 (:func:`probtrans.analysis.figures.run_figure`)
     timing.json                  wall-clock seconds of training, of each epoch and of evaluation
     data.json, data.pt,          the data the run is evaluated on, its class names, tokenizer and
     tokenizer.json               image scaling (:mod:`probtrans.data.saved`): ``evaluate`` and
@@ -49,21 +49,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from probtrans.checkpoint import UnreadableCheckpoint, load_checkpoint, set_aside
 from probtrans.data import DataBundle
 from probtrans.data.saved import DATA_FILES, save_bundle
 from probtrans.errors import ProbtransError
 from probtrans.hub import RUN_BACKBONE
 from probtrans.inference.posthoc import needs_training_split
 from probtrans.inference.train import Resumable
-from probtrans.io import (
+from probtrans.runs.kept import checkpoint_fingerprint
+from probtrans.specs.inference import PredictiveSpec
+from probtrans.storage.checkpoint import UnreadableCheckpoint, load_checkpoint, set_aside
+from probtrans.storage.io import (
     is_temporary_file,
     read_json,
     remove_temporary_files,
     write_text,
 )
-from probtrans.runs.kept import checkpoint_fingerprint
-from probtrans.specs.inference import PredictiveSpec
 
 #: the files of a run folder; a folder holding anything else is not replaced without ``force``
 RUN_FILES = frozenset(
@@ -84,7 +84,7 @@ RUN_FILES = frozenset(
         *DATA_FILES,
     }
 )
-#: the fitted feature-space scores (:class:`probtrans.feature_scores.FittedScores`)
+#: the fitted feature-space scores (:class:`probtrans.analysis.feature_scores.FittedScores`)
 FEATURE_FILE = "feature_scores.npz"
 #: the resume file of a staging folder
 RESUME = "resume.pt"

@@ -13,10 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from probtrans.analysis.feature_scores import FittedScores
+from probtrans.analysis.results import PLAIN, RunMetrics
 from probtrans.errors import ProbtransError
-from probtrans.feature_scores import FittedScores
 from probtrans.inference.posthoc import Energy, Probs
-from probtrans.io import DamagedFile, checked_read, read_npz, write_npz
+from probtrans.storage.io import DamagedFile, checked_read, read_npz, write_npz
 
 #: the prefix of the free energies' keys in ``probs.npz``
 ENERGY = "energy."
@@ -80,7 +81,7 @@ def given_scores(
     energy: dict[str, np.ndarray] | None, features: FeatureScores
 ) -> dict[str, dict[str, np.ndarray]]:
     """split → score → (N,): free energies (split → (N,)) and feature-space scores together, as
-    :func:`probtrans.summary.summarise` takes them."""
+    :func:`probtrans.analysis.summary.summarise` takes them."""
     energy = energy or {}
     return {
         split: {**features.get(split, {}), **({"energy": energy[split]} if split in energy else {})}
@@ -133,7 +134,7 @@ def read_probs(path: Path) -> KeptPredictives:
 def checkpoint_fingerprint(folder: Path) -> str | None:
     """The SHA-256 (hex) of the bytes of ``folder/checkpoint.pt`` (None without one): what the
     run's ``probs.npz`` and saved data keep. A checkpoint's bytes depend on nothing but its
-    content (:func:`probtrans.checkpoint.save_checkpoint`). Computed once per file: an
+    content (:func:`probtrans.storage.checkpoint.save_checkpoint`). Computed once per file: an
     evaluation asks for it several times (loading the run, writing ``probs.npz`` and the data),
     and the staging copy of a run is a hard link of its checkpoint; a checkpoint is written
     atomically, as a new file, so a rewritten one is read again."""
@@ -170,7 +171,7 @@ def probs_origin(folder: Path, kept: KeptPredictives) -> str:
 
 def write_feature_scores(path: Path, fitted: FittedScores) -> None:
     """``feature_scores.npz``: the fitted scores
-    (:meth:`~probtrans.feature_scores.FittedScores.to_arrays`) and the
+    (:meth:`~probtrans.analysis.feature_scores.FittedScores.to_arrays`) and the
     :func:`checkpoint_fingerprint` of the run in the folder it is written into."""
     arrays = fitted.to_arrays()
     fingerprint = checkpoint_fingerprint(Path(path).parent)
@@ -184,7 +185,7 @@ def read_feature_scores(
 ) -> FittedScores:
     """The feature-space scores kept in a run folder's ``feature_scores.npz``. Checked: fitted
     from the folder's own checkpoint (where the file says which), consistent
-    (:meth:`~probtrans.feature_scores.FittedScores.check`: shapes, k, finite values) and,
+    (:meth:`~probtrans.analysis.feature_scores.FittedScores.check`: shapes, k, finite values) and,
     given them, of the run's ``n_classes`` and feature width ``dim``; else a
     :class:`DamagedFile` naming the file."""
     arrays = dict(read_npz(path))
@@ -211,7 +212,7 @@ def read_feature_scores(
 def check_samples(folder: Path, metrics: dict[str, Any], probs: Probs) -> None:
     """Refuse a run folder whose ``metrics.json`` and ``probs.npz`` come from two evaluations
     (their posterior sample counts differ)."""
-    said, kept = metrics.get("posterior_samples"), len(probs["plain"]["test"])
+    said, kept = RunMetrics.from_json(metrics).posterior_samples, len(probs[PLAIN]["test"])
     if said is not None and said != kept:
         raise DamagedFile(
             folder,

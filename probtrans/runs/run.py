@@ -17,27 +17,17 @@ import pyro
 import torch
 from torch import nn
 
-from probtrans import metrics
+from probtrans.analysis import metrics
+from probtrans.analysis.feature_scores import FittedScores
+from probtrans.analysis.results import PLAIN
 from probtrans.attention import inducing_sites
-from probtrans.checkpoint import UnreadableCheckpoint, load_checkpoint, require
 from probtrans.classifier import Classifier, build_classifier
-from probtrans.contract import (
-    SteppedRandomState,
-    caller_random_state,
-    float32_default,
-    keep_params_local,
-    local_params,
-)
 from probtrans.data import DataBundle, DataSplit, load_data
 from probtrans.data.saved import ForeignData, load_saved_bundle
 from probtrans.errors import ProbtransError, in_file
-from probtrans.feature_scores import FittedScores
 from probtrans.hub import kept_backbone
-from probtrans.inference.guide import build_guide, guide_in_words
+from probtrans.inference.guide_builder import build_guide, guide_in_words
 from probtrans.inference.predictive import posterior_draws, sample_predictive
-from probtrans.io import DamagedFile, TemporaryFolder, read_json
-from probtrans.prediction import prediction_columns
-from probtrans.progress import no_thread_left
 from probtrans.resolve import load_inference_spec, load_model_spec, spec_folder
 from probtrans.runs.folder import FEATURE_FILE
 from probtrans.runs.kept import (
@@ -48,8 +38,19 @@ from probtrans.runs.kept import (
     read_probs,
 )
 from probtrans.runs.network import TrainedNetwork, new_inputs
+from probtrans.runs.prediction import prediction_columns
+from probtrans.runtime.caller_state import (
+    SteppedRandomState,
+    caller_random_state,
+    float32_default,
+    keep_params_local,
+    local_params,
+)
+from probtrans.runtime.progress import no_thread_left
 from probtrans.specs import InferenceSpec, ModelSpec
 from probtrans.specs.base import check_count, check_seed
+from probtrans.storage.checkpoint import UnreadableCheckpoint, load_checkpoint, require
+from probtrans.storage.io import DamagedFile, TemporaryFolder, read_json
 from probtrans.tta import AdaptationOptions, adaptation_options, adapted_predictive
 
 #: the devices a run is fitted, evaluated or asked on
@@ -92,6 +93,9 @@ class Run(TemporaryFolder):
     draws: dict[str, torch.Tensor] | None = None
     guide_name: str = ""  # a guide given in Python: its label (``AutoNormal``); else ""
 
+    def __post_init__(self) -> None:
+        self.classifier.paths = self.inference_spec.paths.model_dump()  # its [paths] overrides
+
     @classmethod
     def load(cls, path: str | Path, device: str = "cpu", data: DataBundle | None = None) -> Run:
         """The run in folder ``path`` (:func:`load_run`)."""
@@ -129,7 +133,8 @@ class Run(TemporaryFolder):
         (S, ...). From the guide, seeded; for a guide given in Python and read back from the
         folder, the first S of the draws its checkpoint keeps. The draws are taken one after
         the other, so the first S of more draws with one seed are these S. The caller's random
-        state is restored on return (:func:`~probtrans.contract.caller_random_state`)."""
+        state is restored on return
+        (:func:`~probtrans.runtime.caller_state.caller_random_state`)."""
         check_count(samples, f"samples = {samples!r}")
         seed = check_seed(seed, f"seed = {seed!r}")
         if self.guide is None:
@@ -164,7 +169,7 @@ class Run(TemporaryFolder):
         """The posterior predictive on new ``inputs``: texts (a list of strings, tokenised as in
         training), token ids (N, L) (0 = padding), raw images (N, C, H, W) or (N, H, W),
         scaled as the training images were, or a split made by :meth:`as_split`. Returns
-        :func:`probtrans.prediction.prediction_columns`, one row per input, with the entropy
+        :func:`probtrans.runs.prediction.prediction_columns`, one row per input, with the entropy
         percentile among the run's validation examples (from its ``probs.npz``), the
         feature-space scores where the run has them (:meth:`feature_scores`) with their
         percentiles, and, given ``labels`` (N,) (classes, −1 for none), the label's class name;
@@ -173,8 +178,8 @@ class Run(TemporaryFolder):
         each batch of ``inputs`` before predicting it (:mod:`probtrans.tta`); the
         percentiles stay those of the run's unadapted validation predictive. Seeded by
         ``seed``; the caller's random state is restored on return
-        (:func:`~probtrans.contract.caller_random_state`). :meth:`predict_chunks` gives the
-        same rows a chunk at a time."""
+        (:func:`~probtrans.runtime.caller_state.caller_random_state`). :meth:`predict_chunks` gives
+        the same rows a chunk at a time."""
         chunks = self.predict_chunks(inputs, samples, seed, progress, labels, adapt, adapt_online)
         parts = list(chunks)
         return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
@@ -198,7 +203,7 @@ class Run(TemporaryFolder):
         Joined, the chunks are :meth:`predict`'s columns, the same numbers. The posterior draws
         and the validation predictive are computed on the call; each chunk runs under the
         caller's random state left as it was between chunks
-        (:class:`~probtrans.contract.SteppedRandomState`). Tent's online adaptation
+        (:class:`~probtrans.runtime.caller_state.SteppedRandomState`). Tent's online adaptation
         (``adapt_online``) carries its state through all the inputs: one chunk."""
         samples = self.predictive_samples(samples)
         seed = check_seed(seed, f"seed = {seed!r}")
@@ -241,7 +246,7 @@ class Run(TemporaryFolder):
 
             kept = self.kept_predictives()
             if kept is not None and (fitted is None or "val" in kept.features):
-                validation, references = kept.probs["plain"]["val"], kept.features.get("val")
+                validation, references = kept.probs[PLAIN]["val"], kept.features.get("val")
             else:
                 validation, references = predictive(self.data.val)
             reference = metrics.predictive_entropy(validation)

@@ -5,9 +5,10 @@ Every pixel of a noisy 8×8 scikit-learn digit is a token to label as foreground
 the last layer is a Gaussian mixture with one unit per pixel, so when an annotator gives the
 correct label of a few pixels, the fix propagates to the others by EM (Eq. 35–38).
 
-Modules: :mod:`~probtrans.segmentation.spec` (the spec file), :mod:`~probtrans.segmentation.data`
-(noisy inputs and pixel labels), :mod:`~probtrans.segmentation.segmenter` (the model and its
-training), :mod:`~probtrans.segmentation.corrections` (the corrections curve).
+Modules: :mod:`~probtrans.segmentation.spec` (the spec file),
+:mod:`~probtrans.segmentation.pixel_data` (noisy inputs and pixel labels),
+:mod:`~probtrans.segmentation.segmenter` (the model and its training),
+:mod:`~probtrans.segmentation.corrections` (the corrections curve).
 """
 
 from probtrans.segmentation.segmenter import SegmentationModel, train_segmentation

@@ -2,12 +2,12 @@
 
 For each test image of the digits segmentation task (:mod:`probtrans.segmentation`) the annotator
 gives the correct label of k pixels; the labelling units absorb them by EM (Movellan & Gabbur 2020,
-Eq. 35–38, :func:`probtrans.adaptation.propagate_corrections`) and every pixel is labelled again.
-The score is the accuracy on the 64 − k uncorrected pixels, against the same pixels labelled
-without the corrections. With ``selection = "random"`` the fixed pixels are drawn uniformly, so
-without propagation the expected accuracy does not depend on k and any gain is propagation;
-``"errors"`` fixes the model's mistakes first (a realistic annotator; both columns then rise).
-The sets are nested: the first k of one random order per image.
+Eq. 35–38, :func:`probtrans.attention.em_adaptation.propagate_corrections`) and every pixel is
+labelled again. The score is the accuracy on the 64 − k uncorrected pixels, against the same pixels
+labelled without the corrections. With ``selection = "random"`` the fixed pixels are drawn
+uniformly, so without propagation the expected accuracy does not depend on k and any gain is
+propagation; ``"errors"`` fixes the model's mistakes first (a realistic annotator; both columns
+then rise). The sets are nested: the first k of one random order per image.
 
 ``probtrans corrections`` (:func:`run`) trains the model of a spec (or reloads it from
 ``DIR/model.pt`` when it was trained from the same settings), prints the table and writes
@@ -24,12 +24,12 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from probtrans.checkpoint import load_cached, save_checkpoint
 from probtrans.errors import ProbtransError
-from probtrans.io import save_png, write_json
-from probtrans.segmentation.data import SegmentationData, load_segmentation_data
+from probtrans.segmentation.pixel_data import SegmentationData, load_segmentation_data
 from probtrans.segmentation.segmenter import SegmentationModel, correct, train_segmentation
 from probtrans.segmentation.spec import N_PIXELS, CorrectionSpec, SegmentationSpec
+from probtrans.storage.checkpoint import load_cached, save_checkpoint
+from probtrans.storage.io import save_png, write_json
 
 
 def annotator_order(

@@ -21,10 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from probtrans.adaptation import propagate_corrections
+from probtrans.attention.em_adaptation import propagate_corrections
+from probtrans.attention.encoder import EncoderBlock
 from probtrans.attention.gaussian_mixture import MixtureUnits
-from probtrans.encoder import EncoderBlock
-from probtrans.segmentation.data import SegmentationData, make_inputs, pixel_labels
+from probtrans.segmentation.pixel_data import SegmentationData, make_inputs, pixel_labels
 from probtrans.segmentation.spec import N_PIXELS, CorrectionSpec, SegmentationSpec, SegNetSpec
 
 CLASS_NAMES = ("background", "foreground")

@@ -25,6 +25,7 @@ from probtrans.specs.inference import (
     GuideSpec,
     InferenceSpec,
     OptimSpec,
+    PathsSpec,
     PredictiveSpec,
     TrainSpec,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "ModelSpec",
     "NetworkSpec",
     "OptimSpec",
+    "PathsSpec",
     "PredictiveSpec",
     "PriorSpec",
     "Spec",

@@ -38,10 +38,11 @@ class Comparison(SpecFile):
     seeds: list[Seed] = Field([0], min_length=1)
     id_metric: str = "accuracy"
     """In-domain metric heading the table (and of each labelled out-of-domain set): any metric
-    of ``probtrans.metrics.METRICS`` that is better higher or lower (accuracy, mcc, nll, ...)."""
+    of ``probtrans.analysis.metrics.METRICS`` that is better higher or lower (accuracy, mcc, nll,
+    ...)."""
     ood_score: str = RECOMMENDED_OOD_SCORE
     """The uncertainty score of the out-of-domain columns: one of
-    ``probtrans.metrics.UNCERTAINTY_SCORES`` (msp, entropy, ..., energy, mahalanobis, ...);
+    ``probtrans.analysis.metrics.UNCERTAINTY_SCORES`` (msp, entropy, ..., energy, mahalanobis, ...);
     default the recommended one."""
     epochs: PositiveInt | None = None
     """Override every inference spec's ``train.epochs``."""

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from probtrans.registry import Registry
+from probtrans.runtime.paths import AttentionPath, SgpaConditional
 from probtrans.specs.base import NonNegative, NonNegativeInt, Positive, PositiveInt, Spec, SpecFile
 
 #: the post-hoc predictives from the trained weights by name
@@ -22,7 +23,7 @@ class GuideSpec(Spec):
     """``[guide]``: the variational family over the global latent sites."""
 
     name: str = "delta"
-    """Guide of the weights with priors, registered in ``probtrans.guides.GUIDES``."""
+    """Guide of the weights with priors, registered in ``probtrans.guides.weights.GUIDES``."""
     init_scale: Positive = 0.01
     """Initial posterior standard deviation of the normal and lowrank guides."""
     rank: PositiveInt = 8
@@ -33,7 +34,7 @@ class GuideSpec(Spec):
     """lowrank, sites = "auto": nets with more latent dimensions get it on the last layer."""
     inducing: str = "cholesky"
     """Guide of the whitened SGPA inducing variables u_g, registered in
-    ``probtrans.gp.inducing_guides.INDUCING_GUIDES``."""
+    ``probtrans.guides.inducing.INDUCING_GUIDES``."""
     inducing_init_scale: Positive = 0.1
     """Initial standard deviation of the cholesky and diagonal u_g guides."""
 
@@ -91,7 +92,8 @@ class TrainSpec(Spec):
     """Stop after this many epochs without improvement; 0 = never."""
     monitor: str = "accuracy"
     """Validation metric whose best epoch is kept: any metric of ``metrics.json`` that is
-    better higher or lower (accuracy, mcc, nll, brier, ece, ...; :mod:`probtrans.metrics`)."""
+    better higher or lower (accuracy, mcc, nll, brier, ece, ...;
+    :mod:`probtrans.analysis.metrics`)."""
     val_samples: PositiveInt = 3
     """Posterior samples of the validation metric."""
     group_by_length: bool = False
@@ -151,17 +153,33 @@ class PredictiveSpec(Spec):
     validation NLL."""
     feature_scores: bool = True
     """Fit the feature-space uncertainty scores (Mahalanobis, relative Mahalanobis, feature
-    density, k-NN; :mod:`probtrans.feature_scores`) on the training split's pooled features,
-    averaged over the ``samples`` posterior draws, and report them for every split and new
+    density, k-NN; :mod:`probtrans.analysis.feature_scores`) on the training split's pooled
+    features, averaged over the ``samples`` posterior draws, and report them for every split and new
     input. Costs one predictive pass over the training split (which the run folder then keeps)."""
     knn_neighbours: PositiveInt = 50
     """k of the ``knn`` score: the distance to the k-th nearest normalised training feature."""
     ood_score: str = RECOMMENDED_OOD_SCORE
     """The uncertainty score a run shows first (its OOD table, the ROC of its figure): one of
-    ``probtrans.metrics.UNCERTAINTY_SCORES``. The default is the score that separated
+    ``probtrans.analysis.metrics.UNCERTAINTY_SCORES``. The default is the score that separated
     out-of-domain inputs best over the sets measured (README, "Does it know what it has not
     seen?"); a score the run does not give (a feature score with ``feature_scores = false``)
     falls back to ``entropy``."""
+
+
+class PathsSpec(Spec):
+    """``[paths]``: which of two implementations of one computation runs, each the same result to
+    its tested tolerance (:mod:`probtrans.runtime.paths`). ``auto``: the faster one on the run's
+    device, as measured (``probtrans.runtime.paths.MEASURED``); the run folder's
+    ``timing.json`` records the paths taken."""
+
+    sgpa_conditional: Literal["auto"] | SgpaConditional = "auto"
+    """SGPA's decoupled conditional: its O(T²) remainder in float32 (``factored``) or every
+    matrix in float64 (``float64``: O(T²) float64 memory)."""
+    residual_chunk: Literal["auto"] | PositiveInt = "auto"
+    """T × T elements per chunk of the factored conditional's remainder product."""
+    attention: Literal["auto"] | AttentionPath = "auto"
+    """Stochastic attention where its sites are hidden (training): one fused kernel
+    (``fused``) or its Pyro sample sites (``sites``)."""
 
 
 class InferenceSpec(SpecFile):
@@ -172,3 +190,4 @@ class InferenceSpec(SpecFile):
     optim: OptimSpec = OptimSpec()
     train: TrainSpec = TrainSpec()
     predictive: PredictiveSpec = PredictiveSpec()
+    paths: PathsSpec = PathsSpec()

@@ -153,7 +153,7 @@ class PriorSpec(Spec):
 
 class HeadSpec(Spec):
     """``[model.head]``: a linear map of the pooled features, or SNGP's Gaussian-process output
-    layer, a linear map of random Fourier features of an RBF kernel (:mod:`probtrans.sngp`)."""
+    layer, a linear map of random Fourier features of an RBF kernel (:mod:`probtrans.gp.sngp`)."""
 
     kind: Literal["linear", "random_features"] = "linear"
     features: PositiveInt = 1024

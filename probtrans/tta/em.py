@@ -2,13 +2,14 @@
 Eq. 29–30), for models with Gaussian-mixture attention.
 
 In every Gaussian-mixture attention layer the units' keys ξ adapt to the queries by EM under a
-Gaussian prior N(ξ⁰, θ_ξ⁻¹ I) centred on the trained keys (:func:`probtrans.adaptation.em_keys`),
-then, with ``precision=True``, the query precisions α under a Gamma prior whose mode is the
-trained α (:func:`probtrans.adaptation.em_precision`), then the layer infers its values. A
-layer's units are the tokens of one input, so each input adapts its own units to its own
-queries: nothing is shared between the inputs of a batch or between batches, and the
-predictions do not depend on how the inputs are batched. Every forward pass adapts while the
-adaptation is open (the layers' ``adaptation`` hooks, restored when it ends).
+Gaussian prior N(ξ⁰, θ_ξ⁻¹ I) centred on the trained keys
+(:func:`probtrans.attention.em_adaptation.em_keys`), then, with ``precision=True``, the query
+precisions α under a Gamma prior whose mode is the trained α
+(:func:`probtrans.attention.em_adaptation.em_precision`), then the layer infers its values. A
+layer's units are the tokens of one input, so each input adapts its own units to its own queries:
+nothing is shared between the inputs of a batch or between batches, and the predictions do not
+depend on how the inputs are batched. Every forward pass adapts while the adaptation is open (the
+layers' ``adaptation`` hooks, restored when it ends).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import Annotated, Literal
 from pydantic import Field
 from torch import Tensor, nn
 
-from probtrans.adaptation import adapting, em_keys, em_precision, mixture_layers
 from probtrans.attention import MultiHeadAttention
+from probtrans.attention.em_adaptation import adapting, em_keys, em_precision, mixture_layers
 from probtrans.attention.gaussian_mixture import Mixture
 from probtrans.errors import ProbtransError
 from probtrans.specs.base import Positive, PositiveInt, Spec

@@ -31,8 +31,8 @@ from torch import Tensor, nn
 from probtrans.data import DataSplit
 from probtrans.errors import ProbtransError
 from probtrans.inference.predictive import posterior_draws, sample_predictive
-from probtrans.progress import progress_bar
 from probtrans.registry import Registry
+from probtrans.runtime.progress import progress_bar
 from probtrans.specs.base import Spec, parse
 
 #: a method's options: a Spec whose ``method`` field is the method's name

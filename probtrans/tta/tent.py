@@ -23,11 +23,11 @@ from pyro import poutine
 from torch import Tensor, nn
 
 from probtrans.attention import attention_sites
-from probtrans.contract import local_params
 from probtrans.errors import ProbtransError
 from probtrans.inference.objective import self_guided
 from probtrans.inference.predictive import is_point_mass
-from probtrans.pyro_internals import pyro_sample_names
+from probtrans.internals.pyro import pyro_sample_names
+from probtrans.runtime.caller_state import local_params
 from probtrans.specs.base import NonNegativeInt, Positive, PositiveInt, Spec
 from probtrans.tta.method import AdaptationMethod, register_adaptation
 
