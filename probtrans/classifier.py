@@ -507,6 +507,9 @@ def build_classifier(
 
 #: the training examples whose pretrained tokens start the swapped layers' own parameters
 START_EXAMPLES = 64
+#: a median distance below this fraction of the largest feature norm counts as zero: the
+#: training features do not differ
+DISTINCT_FEATURES = 1e-5
 
 
 def build_backbone_classifier(
@@ -524,8 +527,11 @@ def build_backbone_classifier(
         start = {"pixel_values": inputs} if image else {"input_ids": inputs, "attention_mask": mask}
     lengthscale = None
     if measured and start:  # SNGP's ℓ at the scale of the pretrained features
-        lengthscale = median_distance(pretrained_features(backbone, start, net.pooling))
-        if not lengthscale > 0:  # one training row, or rows whose features coincide
+        features = pretrained_features(backbone, start, net.pooling)  # (N, D)
+        lengthscale = median_distance(features)
+        # one training row, or rows whose features coincide up to float32 rounding (a batched
+        # forward pass can give identical rows features a few ulps apart)
+        if not lengthscale > DISTINCT_FEATURES * float(features.norm(dim=-1).max()):
             raise ConfigError(
                 f"model.head.lengthscale: unset, and the median distance between the pretrained "
                 f"features of {len(next(iter(start.values())))} training "
