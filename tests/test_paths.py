@@ -82,12 +82,37 @@ def test_every_sgpa_path_gives_the_same_layer_output_and_gradients(kernel, devic
     for chunk in CHUNKS:
         chunks.clear()
         out, grads = sgpa_pass(layer, x, mask, sgpa_conditional="factored", residual_chunk=chunk)
-        assert chunks == [1, 1] if chunk >= 3 * 2 * 9 * 9 else [6, 6]  # forward, backward
+        # forward, backward: one chunk of all 3 sequences; or each sequence its own piece of
+        # the conditional (its (H, T, d + 1) = 2 × 9 × 9 elements are over 64) and each of its
+        # heads its own chunk of the remainder
+        assert chunks == ([1, 1] if chunk >= 3 * 2 * 9 * 9 else [2] * 6), chunk
         assert relative_error(out, reference) <= 1e-6, chunk
         assert relative_error(grads, reference_grads) <= 1e-5, chunk
     out, grads = sgpa_pass(layer, x, mask)  # the device's own choice
     assert relative_error(out, reference) <= 1e-6
     assert relative_error(grads, reference_grads) <= 1e-5
+
+
+@pytest.mark.parametrize("kernel", ["exponential", "ard"])
+def test_the_factored_conditional_in_pieces_of_sequences_equals_it_whole(kernel, device):
+    """Inputs with a sample dimension (S, B, H, T, d) split into pieces of whole sequences (a
+    chunk size under one sequence's elements) or taken whole: the same conditional moments, KL
+    and gradients, to float32 rounding of the remainder."""
+    torch.manual_seed(1)
+    layer = SGPAttention(16, 2, n_inducing=5, kernel=kernel).to(device)
+    x = torch.nn.functional.layer_norm(torch.randn(2, 3, 2, 9, 8, device=device), (8,))
+    v, x_g, eps = torch.randn_like(x), torch.randn(2, 5, 8, device=device), torch.randn(2, 8, 5)
+    results = []
+    for chunk in (64, 1 << 30):
+        x_a, v_a = inputs = [t.detach().clone().requires_grad_() for t in (x, v)]
+        with use_paths(residual_chunk=chunk):
+            gp = probtrans.gp.decoupled.decoupled_conditional(layer.kernel, x_a, x_g, v_a, 1e-6)
+        moments = [gp.mean(eps.to(device)), gp.variance(), gp.amortised_kl, gp.cross]
+        assert moments[0].shape == (2, 3, 2, 8, 9) and gp.amortised_kl.shape == (2, 3)
+        sum(m.double().sin().sum() for m in moments).backward()
+        results.append([*moments, *(t.grad for t in inputs)])
+    for pieces, whole in zip(*results, strict=True):
+        assert relative_error(pieces, whole) <= 1e-6
 
 
 def test_the_sgpa_conditional_path_is_the_one_called(monkeypatch):

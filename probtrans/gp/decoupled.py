@@ -21,8 +21,11 @@ The amortised part shapes the mean only. The KL divergence splits into the globa
 sequence (:attr:`DecoupledConditional.amortised_kl`).
 
 Cost per layer: O(B T² d + B T M_g (d + M_g) + M_g³) time, the T × T part in float32 and in
-chunks of bounded memory ("Precision" below), against O(B T³) for standard SGPA
-(:mod:`probtrans.gp.standard`).
+chunks of bounded memory ("Precision" below), the float64 parts on pieces of whole sequences of
+bounded size (the device's ``residual_chunk``, :mod:`probtrans.runtime.paths`: on a CPU, float64
+intermediates of the whole batch, 32 MiB at B = 128, T = 256, 8 heads of 16 dimensions, were
+mapped and page-faulted in afresh by every operation, a fifth of the layer's time), against
+O(B T³) for standard SGPA (:mod:`probtrans.gp.standard`).
 
 Precision. K_aa − AᵀA is a difference of two nearly equal matrices whenever the M_g global points
 explain the amortised keys well, as they do for the exponential kernel at the authors' length
@@ -80,8 +83,8 @@ from torch import Tensor
 
 from probtrans.gp.kernels import gram
 from probtrans.gp.linalg import decouple_padding, jittered_cholesky
-from probtrans.gp.residual import FactoredKernel
-from probtrans.runtime.paths import SgpaConditional
+from probtrans.gp.residual import FactoredKernel, Points
+from probtrans.runtime.paths import SgpaConditional, paths_for
 from probtrans.runtime.precision import autocast_off
 
 Sampling = Literal["marginal", "full"]
@@ -183,28 +186,68 @@ def decoupled_conditional(
     with autocast_off(x_a):
         # contiguous once, so that the batched products below reshape without copying
         x_a, v_a = x_a.contiguous(), v_a.contiguous()  # (*S, B, H, T, ·)
-        k64 = FactoredKernel.of(kernel, torch.float64)
-        amortised, inducing = k64.scaled(x_a), k64.scaled(x_g)  # in float64
-        v_a64 = v_a.double()
-        k_ga = k64.cross(inducing, amortised)  # (*S, B, H, M, T)
+        k64, fast = FactoredKernel.of(kernel, torch.float64), FactoredKernel.of(kernel, dtype)
+        inducing = k64.scaled(x_g)  # in float64
         chol_gg = jittered_cholesky(k64.cross(inducing, inducing), jitter)  # L_K, (H, M, M)
-        cross = torch.linalg.solve_triangular(chol_gg, k_ga, upper=False)  # A, (*S, B, H, M, T)
-        features = k64.linear_features(amortised)  # Φ_a, (*S, B, H, T, d_k + 1)
-        explicit = features @ (features.transpose(-1, -2) @ v_a64)  # Φ_a Φ_aᵀ v_a
-        fast = FactoredKernel.of(kernel, dtype)
-        remainder = fast.residual_product(x_a.to(dtype), v_a)  # R_aa v_a, O(T²)
-        residual_v = explicit.add_(remainder).sub_(cross.transpose(-1, -2) @ (cross @ v_a64))
-        amortised_kl = 0.5 * (v_a64 * residual_v).sum((-3, -2, -1))  # (*S, B)
+        pieces = _sequences(x_a, v_a)
+        if pieces is None:  # batch dimensions broadcast between x_a and v_a
+            parts = _factored_part(k64, fast, inducing, chol_gg, x_a, v_a)
+        else:
+            batch = x_a.shape[:-3]  # (*S, B)
+            parts = [
+                torch.cat(part).view(*batch, *part[0].shape[1:])
+                for part in zip(
+                    *(_factored_part(k64, fast, inducing, chol_gg, *p) for p in pieces), strict=True
+                )
+            ]
+        residual_v, cross, k_aa_diagonal, amortised_kl = parts
     return DecoupledConditional(
         amortised_mean=residual_v.transpose(-1, -2),
         cross=cross,
-        k_aa_diagonal=k64.diagonal(amortised),
-        prior_covariance=lambda: k64.cross(amortised, amortised),
+        k_aa_diagonal=k_aa_diagonal,
+        prior_covariance=lambda: k64.cross(k64.scaled(x_a), k64.scaled(x_a)),
         amortised_kl=amortised_kl.to(dtype),
         key_mask=key_mask,
         jitter=jitter,
         dtype=dtype,
     )
+
+
+def _sequences(x_a: Tensor, v_a: Tensor) -> list[tuple[Tensor, Tensor]] | None:
+    """x_a and v_a (*S, B, H, T, ·) as pieces (n, H, T, ·) of whole sequences, each holding
+    about the device's ``residual_chunk`` float64 elements per (n, H, T, d) intermediate (on a
+    CPU 2 MiB: an allocation of that size is reused from the heap, while one of 32 MiB or more
+    is mapped afresh and page-faulted in by every operation that writes it); None where the
+    batch dimensions of x_a and v_a differ (broadcast) or there are none."""
+    if x_a.dim() < 4 or x_a.shape[:-1] != v_a.shape[:-1]:
+        return None
+    x, v = x_a.flatten(0, -4), v_a.flatten(0, -4)  # (N, H, T, ·), views of contiguous tensors
+    per_sequence = x.shape[1] * x.shape[2] * max(x.shape[3] + 1, v.shape[3])
+    step = max(1, paths_for(x.device).residual_chunk // per_sequence)
+    return list(zip(x.split(step), v.split(step), strict=True))
+
+
+def _factored_part(
+    k64: FactoredKernel,
+    fast: FactoredKernel,
+    inducing: Points,
+    chol_gg: Tensor,
+    x_a: Tensor,
+    v_a: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(K_aa − AᵀA) v_a (…, H, T, d), A (…, H, M, T), diag K_aa (…, H, T) and the amortised
+    KL (…) of amortised keys x_a and values v_a (…, H, T, ·): the body of
+    :func:`decoupled_conditional` on some of its sequences."""
+    amortised = k64.scaled(x_a)  # in float64
+    v_a64 = v_a.double()
+    k_ga = k64.cross(inducing, amortised)  # (…, H, M, T)
+    cross = torch.linalg.solve_triangular(chol_gg, k_ga, upper=False)  # A, (…, H, M, T)
+    features = k64.linear_features(amortised)  # Φ_a, (…, H, T, d_k + 1)
+    explicit = features @ (features.transpose(-1, -2) @ v_a64)  # Φ_a Φ_aᵀ v_a
+    remainder = fast.residual_product(x_a.to(fast.outputscale.dtype), v_a)  # R_aa v_a, O(T²)
+    residual_v = explicit.add_(remainder).sub_(cross.transpose(-1, -2) @ (cross @ v_a64))
+    amortised_kl = 0.5 * (v_a64 * residual_v).sum((-3, -2, -1))  # (…,)
+    return residual_v, cross, k64.diagonal(amortised), amortised_kl
 
 
 def decoupled_conditional_reference(

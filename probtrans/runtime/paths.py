@@ -9,9 +9,12 @@ tests check; only their speed differs, and it differs by device:
   :func:`~probtrans.gp.decoupled.decoupled_conditional_reference`). The same moments to about
   10⁻⁷ relative at the IMDB kernel scales (``tests/test_paths.py``, ``tests/test_sgpa.py``).
 - ``residual_chunk``: T × T elements per chunk of the factored path's remainder product
-  (:mod:`probtrans.gp.residual`). On a CPU a chunk's buffers fit a core's cache; on a GPU each
-  chunk costs a handful of kernel launches, so one chunk holds the whole batch unless it is very
-  large. Any size gives the same product up to float32 summation order.
+  (:mod:`probtrans.gp.residual`), and elements per float64 intermediate of each piece of whole
+  sequences its low-rank parts run on (:func:`probtrans.gp.decoupled.decoupled_conditional`).
+  On a CPU a chunk's buffers fit a core's cache, and a piece's float64 intermediates are reused
+  from the heap instead of mapped afresh (32 MiB or more) and page-faulted in by every operation;
+  on a GPU each chunk or piece costs a handful of kernel launches, so one holds the whole batch
+  unless it is very large. Any size gives the same results up to float32 summation order.
 - ``attention``: stochastic attention (STO, H-STO) where its sites are hidden
   (:func:`probtrans.contract.fused_attention`) through one fused kernel (``"fused"``) or through
   its Pyro sample sites (``"sites"``): the same sample and gradients from the same noise
@@ -42,7 +45,7 @@ class Paths:
     """One choice of every path (module docstring)."""
 
     sgpa_conditional: SgpaConditional
-    residual_chunk: int  # T × T elements per chunk of the SGPA remainder's product
+    residual_chunk: int  # elements per chunk of the SGPA remainder and per float64 piece
     attention: AttentionPath
 
 
