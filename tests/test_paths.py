@@ -96,19 +96,21 @@ def test_every_sgpa_path_gives_the_same_layer_output_and_gradients(kernel, devic
 @pytest.mark.parametrize("kernel", ["exponential", "ard"])
 def test_the_factored_conditional_in_pieces_of_sequences_equals_it_whole(kernel, device):
     """Inputs with a sample dimension (S, B, H, T, d) split into pieces of whole sequences (a
-    chunk size under one sequence's elements) or taken whole: the same conditional moments, KL
-    and gradients, to float32 rounding of the remainder."""
+    chunk size under one sequence's elements) or taken whole: the same conditional moments (given
+    one draw of ε, and one per sample), KL and gradients, to float32 rounding of the remainder."""
     torch.manual_seed(1)
     layer = SGPAttention(16, 2, n_inducing=5, kernel=kernel).to(device)
     x = torch.nn.functional.layer_norm(torch.randn(2, 3, 2, 9, 8, device=device), (8,))
-    v, x_g, eps = torch.randn_like(x), torch.randn(2, 5, 8, device=device), torch.randn(2, 8, 5)
+    v, x_g = torch.randn_like(x), torch.randn(2, 5, 8, device=device)
+    eps, per_sample = torch.randn(2, 8, 5, device=device), torch.randn(2, 1, 2, 8, 5, device=device)
     results = []
     for chunk in (64, 1 << 30):
         x_a, v_a = inputs = [t.detach().clone().requires_grad_() for t in (x, v)]
         with use_paths(residual_chunk=chunk):
             gp = probtrans.gp.decoupled.decoupled_conditional(layer.kernel, x_a, x_g, v_a, 1e-6)
-        moments = [gp.mean(eps.to(device)), gp.variance(), gp.amortised_kl, gp.cross]
-        assert moments[0].shape == (2, 3, 2, 8, 9) and gp.amortised_kl.shape == (2, 3)
+        moments = [gp.mean(eps), gp.mean(per_sample), gp.variance(), gp.amortised_kl, gp.cross]
+        assert moments[0].shape == moments[1].shape == (2, 3, 2, 8, 9)
+        assert gp.amortised_kl.shape == (2, 3)
         sum(m.double().sin().sum() for m in moments).backward()
         results.append([*moments, *(t.grad for t in inputs)])
     for pieces, whole in zip(*results, strict=True):

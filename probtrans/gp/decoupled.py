@@ -21,10 +21,11 @@ The amortised part shapes the mean only. The KL divergence splits into the globa
 sequence (:attr:`DecoupledConditional.amortised_kl`).
 
 Cost per layer: O(B T² d + B T M_g (d + M_g) + M_g³) time, the T × T part in float32 and in
-chunks of bounded memory ("Precision" below), the float64 parts on pieces of whole sequences of
-bounded size (the device's ``residual_chunk``, :mod:`probtrans.runtime.paths`: on a CPU, float64
-intermediates of the whole batch, 32 MiB at B = 128, T = 256, 8 heads of 16 dimensions, were
-mapped and page-faulted in afresh by every operation, a fifth of the layer's time), against
+chunks of bounded memory ("Precision" below), the float64 parts, and the mean and variance of
+F given ε drawn from them, on pieces of whole sequences of bounded size (the device's
+``residual_chunk``, :mod:`probtrans.runtime.paths`: on a CPU, float64 intermediates of the whole
+batch, 32 MiB at B = 128, T = 256, 8 heads of 16 dimensions, were mapped and page-faulted in
+afresh by every operation that wrote them, in the forward and the backward pass), against
 O(B T³) for standard SGPA (:mod:`probtrans.gp.standard`).
 
 Precision. K_aa − AᵀA is a difference of two nearly equal matrices whenever the M_g global points
@@ -96,11 +97,17 @@ class DecoupledConditional:
 
     Shapes: B sequences, H heads, T tokens, d output dims per head, M global inducing points;
     *S sample dimensions of the inputs (those of vectorised plates), absent for a batch (B, …).
+    The float64 parts are kept as the pieces of whole sequences they were computed on
+    (:func:`decoupled_conditional`): with ``batch`` = (*S, B), pieces (n, H, …) whose n add up to
+    the product of (*S, B), in order; with ``batch`` None, one piece of the whole shape. The
+    methods work piece by piece where they can, so that no float64 tensor of the whole batch is
+    formed (see "Cost per layer" in the module docstring); the properties join the pieces.
     """
 
-    amortised_mean: Tensor  # m_a = (K_aa − AᵀA) v_a, (*S, B, H, d, T), float64
-    cross: Tensor  # A = L_K⁻¹ K_ga, (*S, B, H, M, T), float64
-    k_aa_diagonal: Tensor  # diag K_aa, (*S, B, H, T), float64
+    amortised_means: tuple[Tensor, ...]  # m_a = (K_aa − AᵀA) v_a, (n, H, d, T) each, float64
+    crosses: tuple[Tensor, ...]  # A = L_K⁻¹ K_ga, (n, H, M, T) each, float64
+    k_aa_diagonals: tuple[Tensor, ...]  # diag K_aa, (n, H, T) each, float64
+    batch: torch.Size | None  # (*S, B) of the pieces' n; None: one piece of the whole shape
     prior_covariance: Callable[[], Tensor]  # K_aa, (*S, B, H, T, T), float64, on demand
     amortised_kl: Tensor  # ½ Σ_{h,d} v_aᵀ (K_aa − K_ag K_gg⁻¹ K_ga) v_a, (*S, B), in ``dtype``
     key_mask: Tensor | None  # (B, T), True for real tokens
@@ -108,20 +115,47 @@ class DecoupledConditional:
     dtype: torch.dtype  # of the layer's inputs (float32 at least) and of every method's result
     prior_mean: Tensor | None = None  # m(x_a), the prior mean function, (*S, B, H, d, T); None: 0
 
+    @property
+    def amortised_mean(self) -> Tensor:
+        """m_a (*S, B, H, d, T), float64."""
+        return self._joined(self.amortised_means)
+
+    @property
+    def cross(self) -> Tensor:
+        """A (*S, B, H, M, T), float64."""
+        return self._joined(self.crosses)
+
+    @property
+    def k_aa_diagonal(self) -> Tensor:
+        """diag K_aa (*S, B, H, T), float64."""
+        return self._joined(self.k_aa_diagonals)
+
+    def _joined(self, pieces: tuple[Tensor, ...]) -> Tensor:
+        """Pieces (n, *rest) as one tensor (*S, B, *rest)."""
+        if self.batch is None:
+            return pieces[0]
+        return torch.cat(pieces).view(*self.batch, *pieces[0].shape[1:])
+
     def mean(self, eps: Tensor) -> Tensor:
         """E[F | ε] = m(x_a) + m_a + Aᵀ ε: eps (*E, H, d, M) → (*, H, d, T), the batch
         dimensions *E of eps and (*S, B) of the inputs broadcast right-aligned: eps (H, d, M) →
         (*S, B, H, d, T); eps (S, 1, H, d, M), one draw per sample of a vectorised plate →
         (S, B, H, d, T). A GP with a prior mean function m is m plus a zero-mean GP: m shifts
         the mean and leaves the covariances and the KL divergences as they are."""
-        aligned = eps.to(self.cross.dtype) @ self.cross  # (*, H, d, T)
-        mean = (self.amortised_mean + aligned).to(self.dtype)
+        eps = eps.to(torch.float64)
+        if eps.dim() > 3:  # batch dimensions of its own: on the joined pieces
+            mean = (self.amortised_mean + eps @ self.cross).to(self.dtype)  # (*, H, d, T)
+        else:
+            pieces = zip(self.amortised_means, self.crosses, strict=True)
+            mean = self._joined(tuple((m + eps @ a).to(self.dtype) for m, a in pieces))
         return mean if self.prior_mean is None else mean + self.prior_mean
 
     def variance(self) -> Tensor:
         """diag(K_aa − AᵀA): the per-token variance of F given ε, shared by all d, (*S, B, H, T)."""
-        prior = self.k_aa_diagonal
-        return (prior - self.cross.pow(2).sum(-2)).clamp_min(self.jitter).to(self.dtype)
+        pieces = zip(self.k_aa_diagonals, self.crosses, strict=True)
+        return self._joined(
+            tuple((k - a.pow(2).sum(-2)).clamp_min(self.jitter).to(self.dtype) for k, a in pieces)
+        )
 
     def covariance(self) -> Tensor:
         """K_aa − AᵀA: the covariance over tokens of F given ε, shared by all d,
@@ -190,21 +224,21 @@ def decoupled_conditional(
         inducing = k64.scaled(x_g)  # in float64
         chol_gg = jittered_cholesky(k64.cross(inducing, inducing), jitter)  # L_K, (H, M, M)
         pieces = _sequences(x_a, v_a)
-        if pieces is None:  # batch dimensions broadcast between x_a and v_a
-            parts = _factored_part(k64, fast, inducing, chol_gg, x_a, v_a)
+        if pieces is None:  # batch dimensions broadcast between x_a and v_a, or none
+            batch = None
+            parts = [(t,) for t in _factored_part(k64, fast, inducing, chol_gg, x_a, v_a)]
         else:
             batch = x_a.shape[:-3]  # (*S, B)
-            parts = [
-                torch.cat(part).view(*batch, *part[0].shape[1:])
-                for part in zip(
-                    *(_factored_part(k64, fast, inducing, chol_gg, *p) for p in pieces), strict=True
-                )
-            ]
-        residual_v, cross, k_aa_diagonal, amortised_kl = parts
+            parts = zip(
+                *(_factored_part(k64, fast, inducing, chol_gg, *p) for p in pieces), strict=True
+            )
+        residual_vs, crosses, diagonals, kls = parts
+        amortised_kl = kls[0] if batch is None else torch.cat(kls).view(batch)
     return DecoupledConditional(
-        amortised_mean=residual_v.transpose(-1, -2),
-        cross=cross,
-        k_aa_diagonal=k_aa_diagonal,
+        amortised_means=tuple(r.transpose(-1, -2) for r in residual_vs),
+        crosses=tuple(crosses),
+        k_aa_diagonals=tuple(diagonals),
+        batch=batch,
         prior_covariance=lambda: k64.cross(k64.scaled(x_a), k64.scaled(x_a)),
         amortised_kl=amortised_kl.to(dtype),
         key_mask=key_mask,
@@ -272,9 +306,10 @@ def decoupled_conditional_reference(
         residual_v = k_aa @ v_a - cross.transpose(-1, -2) @ (cross @ v_a)  # (K_aa − AᵀA) v_a
         amortised_kl = 0.5 * (v_a * residual_v).sum((-3, -2, -1))  # (*S, B)
     return DecoupledConditional(
-        amortised_mean=residual_v.transpose(-1, -2),
-        cross=cross,
-        k_aa_diagonal=k_aa.diagonal(dim1=-2, dim2=-1),
+        amortised_means=(residual_v.transpose(-1, -2),),
+        crosses=(cross,),
+        k_aa_diagonals=(k_aa.diagonal(dim1=-2, dim2=-1),),
+        batch=None,
         prior_covariance=lambda: k_aa,
         amortised_kl=amortised_kl.to(dtype),
         key_mask=key_mask,
