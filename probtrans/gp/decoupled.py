@@ -239,7 +239,7 @@ def decoupled_conditional(
         crosses=tuple(crosses),
         k_aa_diagonals=tuple(diagonals),
         batch=batch,
-        prior_covariance=lambda: k64.cross(k64.scaled(x_a), k64.scaled(x_a)),
+        prior_covariance=lambda: k64.gram(x_a),
         amortised_kl=amortised_kl.to(dtype),
         key_mask=key_mask,
         jitter=jitter,

@@ -87,6 +87,11 @@ class FactoredKernel:
         exponent = s1 @ s2.transpose(-1, -2) + log_scale1[..., :, None] + log_a2[..., None, :]
         return exponent.exp()
 
+    def gram(self, x: Tensor) -> Tensor:
+        """k(x, x) (..., H, N, N) of points x (..., H, N, d), scaled once."""
+        points = self.scaled(x)
+        return self.cross(points, points)
+
     def diagonal(self, points: Points) -> Tensor:
         """k(x_i, x_i) (..., H, N): σ_f² for the ARD kernel, σ_f² exp(|x̃_i|²) for the
         exponential one."""
