@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from probtrans.attention import MultiHeadAttention
 from probtrans.attention.encoder import Encoder
 from probtrans.backbone.families import lora_targets, max_positions
-from probtrans.backbone.lora import FACTORS, add_lora
+from probtrans.backbone.lora import RANDOM_FACTORS, LoRALinear, add_lora
 from probtrans.backbone.replicas import once_below_randomness
 from probtrans.backbone.swap import sampled_blocks, start_from_pretrained, swap_blocks
 from probtrans.contract import outputs_recorded
@@ -334,7 +334,8 @@ class BackboneClassifier(PyroClassifier, DeepPyroModule):
     ``[model.prior] weights = "lora"`` freezes the backbone, adds low-rank adapters to the
     linear maps of ``lora.targets`` (unset: its family's query and value maps;
     :mod:`probtrans.backbone.lora`) and puts Normal(0, scale²)
-    priors on their factors (sites ``backbone.….query.lora_a``) and on the head; the swapped
+    priors on their A factors (sites ``backbone.….query.lora_a``; B too with ``lora.random =
+    "ab"``, else B is a point estimate trained at ``[optim] lr``) and on the head; the swapped
     layers' own parameters (centroids, inducing locations, kernel) still train. Without it the
     whole backbone is fine-tuned (``last_layer``: with a prior on the head).
 
@@ -375,7 +376,7 @@ class BackboneClassifier(PyroClassifier, DeepPyroModule):
         self.feature_map, self.head = feature_map, head
         self.attach_deep()
         for path, adapter in adapters.items():
-            for name in FACTORS:
+            for name in RANDOM_FACTORS[prior.lora.random]:
                 self.put_prior(adapter, name, f"backbone.{path}.{name}", prior.scale)
         if prior.weights in ("lora", "last_layer"):
             self.put_priors(self.head, "head.", prior.scale)
@@ -392,12 +393,12 @@ class BackboneClassifier(PyroClassifier, DeepPyroModule):
     def pretrained_parameters(self) -> list[nn.Parameter]:
         """The backbone's own weights that train (``[optim] backbone_lr`` applies to them): not
         the swapped layers, the adapters nor the head, which are new."""
-        new = {
-            id(parameter)
-            for module in self.backbone.modules()
-            if isinstance(module, MultiHeadAttention)
-            for parameter in module.parameters()
-        }
+        new = set()
+        for module in self.backbone.modules():
+            if isinstance(module, MultiHeadAttention):
+                new.update(id(parameter) for parameter in module.parameters())
+            elif isinstance(module, LoRALinear):  # its factors without a prior (B, under BLoB)
+                new.update(id(parameter) for parameter in module.parameters(recurse=False))
         return [p for p in self.backbone.parameters() if p.requires_grad and id(p) not in new]
 
     @contextmanager

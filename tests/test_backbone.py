@@ -440,14 +440,21 @@ def test_describe_lists_the_adapter_sites_and_the_head(tmp_path, backbones):
     }
     for layer in (0, 1):
         for target in ("query", "value"):
-            for factor in ("lora_a", "lora_b"):
-                site = f"backbone.encoder.layer.{layer}.attention.self.{target}.{factor}"
-                assert rows[site]["role"] == "global", site
+            site = f"backbone.encoder.layer.{layer}.attention.self.{target}.lora_a"
+            assert rows[site]["role"] == "global", site
+            assert site.replace("lora_a", "lora_b") not in rows  # BLoB: B a point estimate
         assert f"backbone.encoder.layer.{layer}.attention.self.key.lora_a" not in rows
     assert rows[f"{TOP}.query.lora_a"]["event_shape"] == str((2, 32))  # (r, d_in)
-    assert rows[f"{TOP}.value.lora_b"]["event_shape"] == str((32, 2))  # (d_out, r)
     assert rows["head.weight"]["role"] == rows["head.bias"]["role"] == "global"
     assert rows[f"{TOP}.attn.a_v"]["role"] == "local (per example)"
+
+    both = LORA.replace("targets", 'random = "ab", targets')
+    rows = {
+        row["site"]: row
+        for row in site_table(load_model_spec(write_spec(tmp_path, backbones["bert"], both)))
+    }
+    assert rows[f"{TOP}.query.lora_a"]["role"] == rows[f"{TOP}.value.lora_b"]["role"] == "global"
+    assert rows[f"{TOP}.value.lora_b"]["event_shape"] == str((32, 2))  # (d_out, r)
 
 
 @pytest.mark.parametrize("family", TEXT_FAMILIES)
@@ -615,10 +622,9 @@ def test_lora_guides_train_and_leave_the_pretrained_weights_unchanged(tmp_path, 
     run = fit(tmp_path, write_spec(tmp_path, folder, LORA), guide)
     history = elbos(run.path)
     assert len(history) == 1 and np.isfinite(history).all()
-    draw = run.posterior_samples(1)
-    assert draw[f"{TOP}.value.lora_b"].abs().max() > 0  # B starts at 0: the adapters moved
-
     saved = torch.load(run.path / "checkpoint.pt", weights_only=True)["model_state"]
+    assert saved[f"{TOP}.value.lora_b"].abs().max() > 0  # B starts at 0: the adapters moved
+    assert f"{TOP}.value.lora_a" in run.posterior_samples(1)
     checked = set()
     for key, value in pretrained(folder).state_dict().items():
         module, _, name = key.rpartition(".")
@@ -627,8 +633,12 @@ def test_lora_guides_train_and_leave_the_pretrained_weights_unchanged(tmp_path, 
         mapped = f"backbone.{module}.{name}"
         assert torch.equal(saved[mapped], value), mapped
         checked.add(mapped)
-    frozen = {k for k in saved if k.startswith("backbone.") and ".attn." not in k}
-    assert frozen == checked  # every backbone weight but the swapped layer's own
+    frozen = {
+        k
+        for k in saved
+        if k.startswith("backbone.") and ".attn." not in k and not k.endswith(".lora_b")
+    }
+    assert frozen == checked  # every backbone weight but the swapped layer's and adapters' own
     assert f"{TOP}.attn.centroids" in saved
 
 
@@ -653,6 +663,8 @@ def test_train_backbone_fine_tunes_every_weight_under_bayesian_adapters(tmp_path
     assert "backbone.encoder.layer.0.attention.self.query.base.weight" in pretrained_names
     assert "backbone.embeddings.word_embeddings.weight" in pretrained_names
     assert not any(".attn." in name for name in pretrained_names)  # the swapped layer is new
+    adapters_b = {n for n in names.values() if n.endswith(".lora_b")}
+    assert len(adapters_b) == 4 and not adapters_b & pretrained_names  # B is new: at lr
     inference = load_inference_spec(tiny_inference(tmp_path / "inference", "mfvi"))
     inference = inference.model_copy(
         update={"optim": inference.optim.model_copy(update={"backbone_lr": 1e-4})}

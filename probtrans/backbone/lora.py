@@ -4,10 +4,12 @@ An adapted map is h = W x + b + (α / r) B A x with the pretrained W, b (frozen 
 ``model.train_backbone``), A (r, d_in) and
 B (d_out, r); B starts at zero, so the adapted model starts as the pretrained one, and A as in
 the LoRA paper (Kaiming-uniform). :class:`LoRALinear` is a ``PyroModule``: with ``[model.prior]
-weights = "lora"`` its ``lora_a`` and ``lora_b`` become ``PyroSample`` sites with Normal priors
-(:class:`probtrans.classifier.BackboneClassifier`), so any weight guide over them — MAP, mean-field,
-low-rank, Laplace — is Bayesian fine-tuning of the adapters (mean-field: BLoB, Wang et al.
-2024).
+weights = "lora"`` its ``lora_a`` (and, with ``lora.random = "ab"``, its ``lora_b``) become
+``PyroSample`` sites with Normal priors (:class:`probtrans.classifier.BackboneClassifier`), so any
+weight guide over them — MAP, mean-field, low-rank, Laplace — is Bayesian fine-tuning of the
+adapters. Mean-field over A alone, B a point estimate, is BLoB (Wang et al., NeurIPS 2024, §3.2,
+"asymmetric Bayesianisation"): B starts at zero, so the noise of A starts with no effect on the
+pretrained map and grows only as far as B does.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from probtrans.errors import ConfigError
 
 #: the attributes of an adapter that carry its low-rank factors
 FACTORS = ("lora_a", "lora_b")
+#: ``[model.prior] lora.random`` → the factors that carry the prior (the others are point estimates)
+RANDOM_FACTORS = {"a": ("lora_a",), "ab": FACTORS}
 #: the ``targets`` entry that adapts every linear map of the backbone (as PEFT's "all-linear")
 ALL_LINEAR = "all-linear"
 

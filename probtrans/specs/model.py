@@ -127,11 +127,16 @@ class DataSpec(Spec):
 
 class LoraSpec(Spec):
     """``[model.prior] lora``: low-rank adapters W x + (alpha / r) B A x of a backbone's linear
-    maps (Hu et al. 2022), A (r, d_in) and B (d_out, r); with ``weights = "lora"`` A and B
-    carry the priors and the backbone is frozen (Bayesian LoRA; Wang et al. 2024)."""
+    maps (Hu et al. 2022), A (r, d_in) and B (d_out, r); with ``weights = "lora"`` A (and B,
+    ``random = "ab"``) carry the priors and the backbone is frozen unless
+    ``model.train_backbone`` (Bayesian LoRA; Wang et al. 2024)."""
 
     r: PositiveInt = 8
     alpha: Positive = 16.0
+    random: Literal["a", "ab"] = "a"
+    """The factors that carry the prior: ``"a"``, A alone with B a point estimate (BLoB's
+    asymmetric Bayesianisation, Wang et al. 2024 §3.2: with B starting at zero, A's noise leaves
+    the pretrained map unchanged at the start), or ``"ab"``, both."""
     targets: list[Annotated[str, Field(min_length=1)]] | None = Field(None, min_length=1)
     """The backbone's linear maps to adapt: those whose module name (the last part of its
     path) is one of these, e.g. ``query`` and ``value`` in BERT, ``q_lin`` and ``v_lin`` in
