@@ -172,6 +172,38 @@ def test_run_figure_has_every_panel_with_or_without_ood_sets(run_probs, history,
     assert len(legend(entropy_ax)) == 1 + 2 * with_ood
 
 
+@pytest.mark.parametrize("title_lines", [1, 3])
+def test_the_fixed_layout_keeps_every_panel_its_labels_and_legends_apart_and_on_the_page(
+    run_probs, title_lines
+):
+    """The run figure is laid out without an engine: drawn, each panel with its title, tick
+    labels and legends (the training ones beside it) stays inside the page and off the others,
+    and the title above them all."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    probs_in, labels_in, probs_out = run_probs
+    probs_out = {f"a data set named at length {i}": p for i, p in enumerate(probs_out.values())}
+    title = "\n".join(["title " * 20] * title_lines)
+    fig = figures.run_figure(probs_in, labels_in, probs_out, title=title, history=NEW_HISTORY)
+    assert fig.get_layout_engine() is None
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    page = fig.bbox.padded(1.0)
+    boxes = [ax.get_tightbbox(renderer) for ax in fig.axes]
+    for i, box in enumerate(boxes):
+        assert box.x0 >= page.x0 and box.x1 <= page.x1, (i, box, page)
+        assert box.y0 >= page.y0 and box.y1 <= page.y1, (i, box, page)
+    for i, first in enumerate(boxes):
+        for j in range(i + 1, len(boxes)):
+            second = boxes[j]
+            overlap_x = min(first.x1, second.x1) - max(first.x0, second.x0)
+            overlap_y = min(first.y1, second.y1) - max(first.y0, second.y0)
+            assert min(overlap_x, overlap_y) <= 1.0, (i, j, first, second)  # pixels
+    heading = fig._suptitle.get_window_extent(renderer)
+    assert heading.y0 >= max(box.y1 for box in boxes) and heading.y1 <= page.y1
+
+
 def test_the_run_figure_draws_the_roc_of_the_recommended_score_where_the_run_gives_it(run_probs):
     """The ROC panel follows ``ood_score`` (here a feature score the run gives, with its AUROC in
     the legend), and falls back to predictive entropy where the run does not give that score."""
