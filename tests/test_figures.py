@@ -200,7 +200,7 @@ def test_the_fixed_layout_keeps_every_panel_its_labels_and_legends_apart_and_on_
             overlap_x = min(first.x1, second.x1) - max(first.x0, second.x0)
             overlap_y = min(first.y1, second.y1) - max(first.y0, second.y0)
             assert min(overlap_x, overlap_y) <= 1.0, (i, j, first, second)  # pixels
-    heading = fig._suptitle.get_window_extent(renderer)
+    (heading,) = (text.get_window_extent(renderer) for text in fig.texts)  # the suptitle
     assert heading.y0 >= max(box.y1 for box in boxes) and heading.y1 <= page.y1
 
 
