@@ -680,6 +680,37 @@ def test_train_backbone_fine_tunes_every_weight_under_bayesian_adapters(tmp_path
     assert not torch.equal(before, classifier.backbone.embeddings.word_embeddings.weight)
 
 
+def test_scale_lr_steps_the_guides_scales_faster_than_lr_can(tmp_path, backbones):
+    """``[optim] scale_lr``: the mean-field scales of the adapters and head are a group of
+    their own; in 2 epochs they move further than Adam at ``lr`` can move anything (about
+    ``lr`` per step, at most ``lr`` · (1 − β1) / √(1 − β2) ≈ 3.2 ``lr``), the locations do not."""
+    from probtrans.inference.guide_builder import spread_parameters
+    from probtrans.inference.train import SVITraining
+    from probtrans.resolve import load_inference_spec
+
+    spec, _ = with_local_backbone(load_model_spec(write_spec(tmp_path, backbones["bert"], LORA)))
+    data = load_data(spec.data, spec_folder(spec))
+    classifier = build_classifier(spec, data)
+    inference = load_inference_spec(tiny_inference(tmp_path / "inference", "mfvi"))
+    lr, scale_lr = 1e-4, 0.05
+    optim = inference.optim.model_copy(update={"lr": lr, "scale_lr": scale_lr})
+    inference = inference.model_copy(update={"optim": optim})
+    training = SVITraining(classifier, data, inference, seed=0, device="cpu")
+    assert [group["lr"] for group in training.optimizer.param_groups] == [lr, scale_lr]
+    scales = spread_parameters(training.guide)
+    assert {id(p) for p in training.optimizer.param_groups[1]["params"]} == {id(p) for p in scales}
+    locs = list(training.guide.locs.parameters())
+    before = [p.detach().clone() for p in [*scales, *locs]]
+    for epoch in range(2):
+        training.epoch(epoch, progress=False)
+    steps = 2 * training.steps_per_epoch
+    moved = [
+        (p.detach() - b).abs().max().item() for p, b in zip([*scales, *locs], before, strict=True)
+    ]
+    assert max(moved[: len(scales)]) > 4 * lr * steps
+    assert max(moved[len(scales) :]) < 4 * lr * steps
+
+
 def test_lora_alone_keeps_the_pretrained_weights_frozen(tmp_path, backbones):
     path = write_spec(tmp_path, backbones["bert"], LORA)
     spec, _ = with_local_backbone(load_model_spec(path))

@@ -10,7 +10,7 @@ from pyro.infer.autoguide import AutoDelta, AutoGuideList, AutoLowRankMultivaria
 from probtrans.classifier import build_classifier
 from probtrans.guides.inducing import INDUCING_GUIDES
 from probtrans.guides.weights import GUIDES, delta_guide
-from probtrans.inference.guide_builder import build_guide, guide_in_words
+from probtrans.inference.guide_builder import build_guide, guide_in_words, spread_parameters
 from probtrans.specs import GuideSpec
 from tests.conftest import tiny_spec
 
@@ -39,6 +39,31 @@ def test_lowrank_goes_on_the_last_layer_of_large_nets(digits, max_dims, last_lay
         assert set(lowrank.prototype_trace.stochastic_nodes) == {"head.weight", "head.bias"}
     else:
         assert isinstance(guide, AutoLowRankMultivariateNormal)
+
+
+@pytest.mark.parametrize(
+    "kind,name,sites",
+    [
+        ("sto", "delta", "auto"),
+        ("sto", "normal", "auto"),
+        ("sto", "lowrank", "all"),
+        ("sto", "lowrank", "last_layer"),  # in an AutoGuideList beside a point mass
+        ("sgpa", "normal", "auto"),  # with the inducing variables' Cholesky guide
+    ],
+)
+def test_spread_parameters_are_the_guides_scales_and_nothing_else(digits, kind, name, sites):
+    """``[optim] scale_lr``'s parameters: by Pyro's own names, every scale, low-rank factor and
+    Cholesky factor of the guide, and no location."""
+    classifier = build_classifier(tiny_spec(kind, prior="all"), digits)
+    guide = build_guide(classifier, GuideSpec(name=name, sites=sites), digits.train)
+    names = {id(p): n for n, p in guide.named_parameters()}
+    spread = {names[id(p)] for p in spread_parameters(guide)}
+    # a parameter's own name in its guide, after the AutoGuideList's index: "scales.head.weight"
+    own = {n: n.split(".", 1)[1] if n.split(".")[0].isdigit() else n for n in names.values()}
+    expected = {n for n, o in own.items() if o.startswith("scale") or o == "cov_factor"}
+    assert spread == expected
+    assert bool(spread) == (name != "delta" or kind == "sgpa")
+    assert not any(o.startswith("loc") for n, o in own.items() if n in spread)
 
 
 def test_guides_never_see_attention_sites(digits):

@@ -24,14 +24,19 @@ from typing import Any
 
 import torch
 from pyro import poutine
-from pyro.infer.autoguide import AutoGuide, AutoGuideList
+from pyro.infer.autoguide import (
+    AutoGuide,
+    AutoGuideList,
+    AutoLowRankMultivariateNormal,
+    AutoNormal,
+)
 from torch import Tensor, nn
 
 from probtrans.attention import inducing_sites
 from probtrans.classifier import Classifier
 from probtrans.data import DataSplit
 from probtrans.errors import ProbtransError
-from probtrans.guides.inducing import INDUCING_GUIDES
+from probtrans.guides.inducing import INDUCING_GUIDES, AutoInducingCholesky
 from probtrans.guides.weights import GUIDES
 from probtrans.inference.objective import self_guided
 from probtrans.runtime.caller_state import keep_params_local, local_params
@@ -181,3 +186,22 @@ def guide_parameters(
             named[name] = leaf
             seen.add(id(leaf))
     return named
+
+
+def spread_parameters(guide: Callable) -> list[Tensor]:
+    """The parameters that set a guide's spread, not its location (``[optim] scale_lr`` applies
+    to them): ``AutoNormal``'s ``scales``, ``AutoLowRankMultivariateNormal``'s diagonal and
+    ``cov_factor``, :class:`~probtrans.guides.inducing.AutoInducingCholesky`'s ``scale_trils``,
+    wherever they sit in the guide (an ``AutoGuideList`` included). A point mass has none, nor
+    have ``pyro.param`` statements: they train at ``lr``."""
+    if not isinstance(guide, nn.Module):
+        return []
+    found: list[Tensor] = []
+    for module in guide.modules():
+        if isinstance(module, AutoNormal):
+            found += module.scales.parameters()
+        elif isinstance(module, AutoLowRankMultivariateNormal):
+            found += [p for name, p in module.named_parameters(recurse=False) if name != "loc"]
+        elif isinstance(module, AutoInducingCholesky):
+            found += module.scale_trils.parameters()
+    return found

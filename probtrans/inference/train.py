@@ -75,6 +75,7 @@ from probtrans.inference.guide_builder import (
     build_guide,
     given_guide,
     guide_parameters,
+    spread_parameters,
 )
 from probtrans.inference.objective import (
     TERMS,
@@ -372,10 +373,13 @@ class SVITraining:
         self.steps_per_epoch = math.ceil(n_train / spec.train.batch_size)
         params = [*classifier.parameters(), *guide_params.values()]
         pretrained = classifier.pretrained_parameters() if spec.optim.backbone_lr else []
-        apart = {id(p) for p in pretrained}  # their own rate
+        spread = spread_parameters(self.guide) if spec.optim.scale_lr else []
+        apart = {id(p) for p in [*pretrained, *spread]}  # their own rates
         groups = [{"params": [p for p in params if id(p) not in apart]}]
         if pretrained:
             groups.append({"params": pretrained, "lr": spec.optim.backbone_lr})
+        if spread:
+            groups.append({"params": spread, "lr": spec.optim.scale_lr})
         total = spec.train.epochs * self.steps_per_epoch
         self.optimizer, self.schedule = make_optimizer(spec.optim, groups, total)
         self.generator = torch.Generator().manual_seed(seed)

@@ -69,6 +69,13 @@ class OptimSpec(Spec):
     (``model.train_backbone``); unset: ``lr``. Everything new (head, adapters, swapped layers,
     the guide's parameters) trains at ``lr``: e.g. 5e-5 for the backbone, as ``transformers``
     fine-tuning, and 1e-3 for adapters."""
+    scale_lr: Positive | None = None
+    """The learning rate of the guide's scale parameters (a mean-field guide's standard
+    deviations, a low-rank guide's diagonal and factor, the inducing guides' Cholesky factors);
+    unset: ``lr``. Adam moves each parameter by about its rate per step, so at ``lr`` = 1e-3 a
+    scale started at ``guide.init_scale`` = 0.01 is still below 0.02 after a few hundred steps,
+    however wide the posterior, and the predictive stays that of the means. BLoB's authors
+    (Wang et al., NeurIPS 2024) step the KL term with an optimiser of its own."""
     weight_decay: NonNegative = 0.0
     clip_norm: Positive = 10.0
     """clipped_adam: gradient norm bound."""
