@@ -24,7 +24,7 @@ from tokenizers import Tokenizer
 
 import probtrans
 from probtrans.backbone.replicas import block_stack, once_below_randomness
-from probtrans.backbone.swap import attention_blocks, swap_blocks
+from probtrans.backbone.swap import attention_blocks, sampled_blocks, swap_blocks
 from probtrans.classifier import BackboneClassifier, build_classifier
 from probtrans.data import DataSplit, load_data
 from probtrans.errors import ConfigError, ProbtransError
@@ -879,6 +879,10 @@ def test_posthoc_stochastic_attention_is_a_variant_of_a_backbone_run(tmp_path, b
     with pytest.raises(ConfigError, match="stochastic_attention': needs a model.backbone"):
         probtrans.fit(tmp_path / "tiny.toml", inference, out=tmp_path / "no", progress=False)
     assert not (tmp_path / "no").exists() and not (tmp_path / "no.partial").exists()
+    inference.write_text(text.replace("[predictive]", "[predictive]\nstochastic_layers = [5]"))
+    with pytest.raises(ConfigError, match=r"stochastic_layers = \[5\]: index 5 is out of range"):
+        probtrans.fit(model, inference, out=tmp_path / "no", progress=False)  # before training
+    assert not (tmp_path / "no").exists() and not (tmp_path / "no.partial").exists()
 
 
 # ------------------------------------------------------------------ replicas share the lower blocks
@@ -1129,6 +1133,70 @@ def test_a_sliding_window_block_is_refused_and_global_ones_swap(tmp_path):
         given = model(**inputs).last_hidden_state
     assert len(calls) == 1
     torch.testing.assert_close(given, expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("positions", ["absolute", "rotary"])
+def test_a_block_that_scales_its_own_queries_swaps_with_the_pretrained_outputs(positions):
+    """ESM scales its queries by 1/√d_head itself (before its rotary positions) and asks the
+    attention function for a scale of 1; a swapped layer reads the block's logits, not
+    logits scaled twice. The query maps are enlarged so that the attention is far from
+    uniform (random weights give nearly equal logits, where a wrong scale hardly shows)."""
+    from transformers import EsmConfig, EsmModel
+
+    config = EsmConfig(
+        vocab_size=33,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_hidden_layers=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        pad_token_id=1,
+        position_embedding_type=positions,
+    )
+    torch.manual_seed(0)
+    reference = EsmModel(config).eval()
+    for block in attention_blocks(reference):
+        block.module.query.weight.data.mul_(30.0)
+        block.module.key.weight.data.mul_(30.0)
+    swapped = EsmModel(config).eval()
+    swapped.load_state_dict(reference.state_dict())
+    blocks = swap_blocks(swapped, "all", "softmax")
+    calls = count_calls(blocks)
+    ids = torch.randint(4, 33, (3, 12), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask).last_hidden_state
+        given = swapped(input_ids=ids, attention_mask=mask).last_hidden_state
+    assert len(calls) == 2
+    real = mask.bool()
+    torch.testing.assert_close(given[real], expected[real], rtol=0, atol=1e-5)
+
+
+def test_a_backbone_sharing_one_block_among_its_layers_is_refused_and_left_unchanged():
+    """ALBERT runs one self-attention module in every layer: a layer swapped into it would run
+    in all of them whichever layer was named, so swapping (and sampling post hoc) is refused
+    before the model changes."""
+    from transformers import AlbertConfig, AlbertModel
+
+    config = AlbertConfig(
+        vocab_size=40,
+        embedding_size=16,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_hidden_layers=3,
+        intermediate_size=64,
+    )
+    model = AlbertModel(config).eval()
+    assert len(attention_blocks(model)) == 1
+    message = r"runs 1 self-attention module\(s\) in its 3 layers"
+    with pytest.raises(ConfigError, match=message):
+        probtrans.swap_attention(model, [-1], "h_sto")
+    with pytest.raises(ConfigError, match=message):
+        with sampled_blocks(model, [-1], 1.0):
+            pass
+    assert model.config._attn_implementation != "probtrans"
+    assert not any("attn" in block.module._modules for block in attention_blocks(model))
 
 
 def test_key_padding_reads_a_padding_mask_and_refuses_one_that_differs_between_queries():

@@ -21,6 +21,7 @@ is not applied).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -132,6 +133,9 @@ def probtrans_attention(
             f"{', '.join(f'{k}={v!r}' for k, v in changed.items())}, which probtrans attention "
             f"does not apply; its weights would not be the block's"
         )
+    scale = block_scale(scaling, query.shape[-1])
+    if not math.isclose(scale, 1.0):
+        query = query * scale
     h = layer.attend_projected(query, key, value, key_padding(attention_mask), key_map(module))
     if h.shape != query.shape:  # sample dimensions: vectorised plates around the model
         raise ProbtransError(
@@ -141,6 +145,14 @@ def probtrans_attention(
             f"block wants {tuple(query.shape)}; use parallel=False"
         )
     return h.transpose(1, 2).contiguous(), None
+
+
+def block_scale(scaling: float | None, d_head: int) -> float:
+    """The factor that makes a block's queries ones whose q·k / √d_head are its logits, the
+    scale every probtrans kind reads them at: 1 for a block that scales by 1/√d_head (BERT;
+    ``scaling`` None is Hugging Face's default, the same), √d_head for one that scales its
+    queries itself and passes ``scaling`` = 1 (ESM, whose rotary positions need it so)."""
+    return 1.0 if scaling is None else scaling * math.sqrt(d_head)
 
 
 def register_implementation() -> None:
@@ -188,6 +200,7 @@ def swap_blocks(
             f"{field}: {type(model).__name__} has no self-attention blocks of a known shape "
             f"(modules with linear maps {' / '.join(known_projections())})"
         )
+    check_one_block_per_layer(model, blocks, field)
     chosen = chosen_blocks(blocks, list(layers) if layers != "all" else "all", f"{field}.layers")
     kind = attention if isinstance(attention, str) else attention.kind
     refusal = ATTENTION.get(kind, f"{field}.attention.kind").backbone_refusal
@@ -210,6 +223,20 @@ def swap_blocks(
         layer = make_attention(attention, block.width, heads, projections=False)
         block.module.add_module(LAYER, layer)
     return chosen
+
+
+def check_one_block_per_layer(model: nn.Module, blocks: list[Block], field: str) -> None:
+    """Raise ConfigError naming ``field`` for a model with fewer self-attention modules than its
+    config has layers: one module runs in several layers (ALBERT shares its weights across
+    them), and a layer swapped into it would run in all of them, its sites named once."""
+    layers = getattr(model.config, "num_hidden_layers", None)
+    if isinstance(layers, int) and len(blocks) < layers:
+        raise ConfigError(
+            f"{field}: {type(model).__name__} runs {len(blocks)} self-attention module(s) in "
+            f"its {layers} layers (weights shared across layers, as in ALBERT), and probtrans "
+            f"swaps attention one layer at a time; adapters (weights = \"lora\") and the head "
+            f"apply without a swap"
+        )
 
 
 def check_swappable(blocks: list[Block], field: str) -> None:
@@ -325,7 +352,9 @@ def sampled_blocks(model: nn.Module, layers: list[int] | str, tau: float) -> Ite
     The post-hoc stochastic-attention predictive of a trained (or untouched) model."""
     field = "predictive.stochastic_layers"
     chosen = layers if layers == "all" else list(layers)
-    blocks = chosen_blocks(attention_blocks(model), chosen, field)
+    every = attention_blocks(model)
+    check_one_block_per_layer(model, every, field)
+    blocks = chosen_blocks(every, chosen, field)
     check_swappable(blocks, field)
     before = {block.path: block.module._modules.get(LAYER) for block in blocks}
     implementation = attention_implementation(model.config)

@@ -205,6 +205,8 @@ class StochasticAttention(PosthocPredictive):
                 "samples the attention weights of a pretrained model's blocks); a model trained "
                 "here gets stochastic attention from model.attention"
             )
+        with classifier.sampled_attention(spec.stochastic_layers, 1.0):
+            pass  # its blocks checked (in range, swappable) before anything trains
 
     def fit(self, context: PosthocContext) -> None:
         labels = context.data.val.labels.numpy()

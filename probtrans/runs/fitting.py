@@ -239,8 +239,8 @@ def fit(
         data = as_backbone_reads(data, backbone)
         pyro.set_rng_seed(seed)  # the initial weights too depend on the seed
         classifier = build_classifier(model_spec, data, backbone)
-        check_posthoc(classifier, inference_spec.predictive)
     with in_file(inference_spec.file):
+        check_posthoc(classifier, inference_spec.predictive)
         check_knn_neighbours(inference_spec.predictive, data)
     run = Run(model_spec, inference_spec, data, classifier, None, out_dir)
     run.guide_name = origin.get("guide_label", "")
