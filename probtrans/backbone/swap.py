@@ -234,7 +234,7 @@ def check_one_block_per_layer(model: nn.Module, blocks: list[Block], field: str)
         raise ConfigError(
             f"{field}: {type(model).__name__} runs {len(blocks)} self-attention module(s) in "
             f"its {layers} layers (weights shared across layers, as in ALBERT), and probtrans "
-            f"swaps attention one layer at a time; adapters (weights = \"lora\") and the head "
+            f'swaps attention one layer at a time; adapters (weights = "lora") and the head '
             f"apply without a swap"
         )
 
