@@ -193,11 +193,15 @@ def test_label_modes(tmp_path):
     message = _error(_texts, path, label_column="z")
     assert message == f"{path}: no label column 'z' (columns: 'text', 'label', 'y')"
     jsonl = _write(
-        tmp_path / "in.jsonl", '{"text": "a", "label": true}\n{"text": "b", "label": [1]}\n'
+        tmp_path / "in.jsonl", '{"text": "a", "label": true}\n{"text": "b", "label": false}\n'
     )
-    message = _error(_texts, jsonl)
-    assert f"{jsonl}:1: 'label' is True, a bool" in message
-    assert f"{jsonl}:2: 'label' is a list" in message
+    assert _texts(jsonl).labels == ["True", "False"]  # as a CSV of the same labels reads
+    csv = _write(tmp_path / "same.csv", "text,label\na,True\nb,False\n")
+    assert _texts(csv).labels == _texts(jsonl).labels
+    jsonl = _write(
+        tmp_path / "bad.jsonl", '{"text": "a", "label": 1}\n{"text": "b", "label": [1]}\n'
+    )
+    assert f"{jsonl}:2: 'label' is a list" in _error(_texts, jsonl)
 
 
 # ----------------------------------------------------------------------------- malformed files

@@ -140,7 +140,8 @@ def checked_label(
     value: object, column: str, classes: int | None = None, declared: Collection[Any] = ()
 ) -> tuple[int | str | None, str | None]:
     """(the label, None), or (None, why ``value`` is not a label): labels are integers or
-    strings; an integral float becomes an integer; None, "" and NaN are missing, and so are
+    strings; an integral float becomes an integer, a bool the string "False" or "True" (what
+    a CSV of the same labels holds); None, "" and NaN are missing, and so are
     the strings of :data:`MISSING_WORDS` ("NaN", "N/A", "null"...) unless ``declared`` (the
     classes ``data.labels`` lists) holds them. With ``classes``, a label is an integer (or
     integer string) in 0..classes−1."""
@@ -149,8 +150,8 @@ def checked_label(
         return value, None
     if value is None or (isinstance(value, str) and not value.strip()):
         return None, f"{column!r} is missing"
-    if isinstance(value, bool | np.bool_):
-        return None, f"{column!r} is {value!r}, a bool, not an integer or a string"
+    if isinstance(value, bool | np.bool_):  # as a CSV gives it: the classes "False", "True"
+        value = str(bool(value))
     if isinstance(value, int | np.integer):
         label = int(value)
     elif isinstance(value, float | np.floating):
