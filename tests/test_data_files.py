@@ -198,6 +198,10 @@ def test_label_modes(tmp_path):
     assert _texts(jsonl).labels == ["True", "False"]  # as a CSV of the same labels reads
     csv = _write(tmp_path / "same.csv", "text,label\na,True\nb,False\n")
     assert _texts(csv).labels == _texts(jsonl).labels
+    twice = _write(tmp_path / "twice.csv", "text,label,label\na,x,1\nb,y,2\n")
+    message = f"{twice}: the header names 'label' in columns 2, 3; give each column its own name"
+    assert _error(_texts, twice) == message
+    assert _texts(twice, label_column=None).values == ["a", "b"]  # unread, it may repeat
     jsonl = _write(
         tmp_path / "bad.jsonl", '{"text": "a", "label": 1}\n{"text": "b", "label": [1]}\n'
     )

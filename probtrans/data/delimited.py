@@ -90,6 +90,13 @@ def delimited(delimiter: str, quoting: bool) -> tuple[Reader, TextStreamer]:
             header = next((fields for _, fields in _records(fh, dialect)), None)
         if header is None:
             raise ProbtransError(f"{path}: empty file (no header naming the columns)")
+        for column in (options.text_column, options.label_column):
+            places = [str(i + 1) for i, name in enumerate(header) if name == column]
+            if column and len(places) > 1:  # which one is read would be a guess
+                raise ProbtransError(
+                    f"{path}: the header names {column!r} in columns {', '.join(places)}; "
+                    f"give each column its own name"
+                )
         return header
 
     def starts(lines: list[str], options: ReadOptions) -> list[int]:
