@@ -1210,6 +1210,50 @@ def test_key_padding_reads_a_padding_mask_and_refuses_one_that_differs_between_q
     causal = torch.ones(3, 3, dtype=torch.bool).tril().expand(2, 1, 3, 3)
     with pytest.raises(ProbtransError, match="differs between queries"):
         key_padding(causal)
+    old_style = torch.zeros(2, 1, 3, 3).masked_fill(~padding, -10000.0)  # BERT's (1 − m) · −10⁴
+    assert torch.equal(key_padding(old_style), keys)
+    bias = additive + torch.linspace(-0.5, 0.5, 9).reshape(3, 3)  # a position bias, as BEiT's
+    with pytest.raises(ProbtransError, match="a bias on its logits"):
+        key_padding(bias)
+
+
+def test_a_model_of_stages_with_their_own_head_counts_is_refused_in_one_line():
+    """Swin gives one number of heads per stage; the swap says so instead of failing on it."""
+    from transformers import SwinConfig, SwinModel
+
+    config = SwinConfig(
+        embed_dim=16, depths=[1, 1], num_heads=[2, 4], image_size=16, patch_size=2, window_size=2
+    )
+    model = SwinModel(config)
+    with pytest.raises(
+        ConfigError, match=r"num_attention_heads = \[2, 4\], not one number of heads"
+    ):
+        probtrans.swap_attention(model, "all", "softmax")
+    assert model.config._attn_implementation != "probtrans"
+
+
+def test_a_relative_position_bias_is_refused_not_dropped():
+    """BEiT adds a relative position bias to its logits through the attention mask; a block
+    swapped to probtrans attention refuses it at the call rather than attending without it."""
+    from transformers import BeitConfig, BeitModel
+
+    config = BeitConfig(
+        hidden_size=32,
+        num_attention_heads=4,
+        num_hidden_layers=2,
+        intermediate_size=64,
+        image_size=16,
+        patch_size=4,
+        use_relative_position_bias=True,
+    )
+    torch.manual_seed(0)
+    model = BeitModel(config).eval()
+    for name, parameter in model.named_parameters():
+        if "relative_position_bias_table" in name:
+            parameter.data.uniform_(-0.5, 0.5)  # small: a mask read as ">-1 attends" drops it
+    probtrans.swap_attention(model, "all", "softmax")
+    with pytest.raises(ProbtransError, match="a bias on its logits"), torch.no_grad():
+        model(pixel_values=torch.randn(2, 3, 16, 16))
 
 
 def test_a_swapped_block_asking_for_what_probtrans_attention_does_not_apply_is_refused():

@@ -130,12 +130,20 @@ def lora_targets(model: nn.Module, field: str = "model.prior.lora.targets") -> l
     return family.lora_targets
 
 
-def attention_heads(config: Any) -> int:
+def attention_heads(config: Any, field: str = "model.swap") -> int:
     """The backbone's attention heads: its family's config attribute (``num_attention_heads``;
-    DistilBERT's ``n_heads``), else the first of the families' attributes the config has."""
+    DistilBERT's ``n_heads``), else the first of the families' attributes the config has; a
+    config giving no single count (Swin's one per stage) raises ConfigError naming ``field``."""
     family = family_of_config(config)
     names = [family.heads] if family else [f.heads for f in FAMILIES.entries()]
-    return next(getattr(config, name) for name in names if getattr(config, name, None))
+    name = next((name for name in names if getattr(config, name, None)), names[0])
+    heads = getattr(config, name, None)
+    if not isinstance(heads, int):
+        raise ConfigError(
+            f"{field}: the backbone's config gives {name} = {heads!r}, not one number of heads "
+            f"for every block (a model of stages, as Swin), so its attention cannot be swapped"
+        )
+    return heads
 
 
 def max_positions(config: Any) -> int:

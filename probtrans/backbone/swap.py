@@ -51,6 +51,8 @@ LAYER = "attn"
 #: what a block may ask of Hugging Face's attention functions that changes its weights and that
 #: probtrans attention does not apply (a swapped block asking for one is refused)
 UNHONOURED = ("is_causal", "sliding_window", "softcap", "position_bias", "s_aux", "sinks")
+#: an additive attention mask's masked entries: −∞, the dtype's minimum, or BERT's old −10⁴
+MASKED = -1e4
 
 
 def known_projections() -> list[str]:
@@ -92,11 +94,21 @@ def attention_blocks(model: nn.Module) -> list[Block]:
 
 def key_padding(mask: Tensor | None) -> Tensor | None:
     """The keys (B, L) that a Hugging Face attention mask (B, 1|H, L_q, L) lets the queries see:
-    a boolean mask (True: attend) or an additive one (0: attend). probtrans attention masks keys
-    only, so a mask that differs between queries (causal, a sliding window) raises."""
+    a boolean mask (True: attend) or an additive one (0: attend, at most −10⁴: masked).
+    probtrans attention masks keys only, so a mask that differs between queries (causal, a
+    sliding window) raises, and so does an additive mask with other values: a bias on the logits
+    (BEiT's relative positions), which would otherwise be dropped."""
     if mask is None:
         return None
-    allowed = mask > -1.0 if mask.dtype.is_floating_point else mask
+    allowed = mask
+    if mask.dtype.is_floating_point:
+        allowed = mask == 0
+        if not (allowed | (mask <= MASKED)).all():
+            raise ProbtransError(
+                "a block swapped to probtrans attention was given an additive attention mask "
+                "with values other than 0 and −∞, a bias on its logits (a relative position "
+                "bias, as BEiT's); probtrans attention adds none"
+            )
     keys = allowed.any(dim=1).any(dim=1)
     seen = allowed.any(dim=-1, keepdim=True)  # queries with a key to see (not padding rows)
     if not torch.equal(allowed & seen, keys[:, None, None, :].expand_as(allowed) & seen):
@@ -208,7 +220,7 @@ def swap_blocks(
         raise ConfigError(
             f"{field}.attention.kind = {kind!r}: cannot be placed in a backbone: {refusal}"
         )
-    heads = attention_heads(config)
+    heads = attention_heads(config, field)
     width = chosen[0].width
     given = {} if isinstance(attention, str) else attention.model_dump(exclude_unset=True)
     options_class = ATTENTION_OPTIONS.get(kind, f"{field}.attention.kind")
@@ -358,7 +370,7 @@ def sampled_blocks(model: nn.Module, layers: list[int] | str, tau: float) -> Ite
     check_swappable(blocks, field)
     before = {block.path: block.module._modules.get(LAYER) for block in blocks}
     implementation = attention_implementation(model.config)
-    heads = attention_heads(model.config)
+    heads = attention_heads(model.config, field)
     try:
         for block in blocks:
             scale = tau * (block.width // heads) ** 0.5
