@@ -32,7 +32,7 @@ from probtrans.inference.predictive import sample_predictive
 from probtrans.resolve import load_model_spec, spec_folder, with_local_backbone
 from probtrans.runs.describe import site_table
 from tests.conftest import tiny_inference
-from tests.tiny_backbones import TEXT_FAMILIES, TEXTS, save_tiny_backbone
+from tests.tiny_backbones import TEXT_FAMILIES, TEXTS, TINY_SIZES, save_tiny_backbone
 
 FAMILIES = (*TEXT_FAMILIES, "vit")
 #: texts of different lengths, so that a batch of them is padded
@@ -1144,11 +1144,8 @@ def test_a_block_that_scales_its_own_queries_swaps_with_the_pretrained_outputs(p
     from transformers import EsmConfig, EsmModel
 
     config = EsmConfig(
+        **TINY_SIZES,
         vocab_size=33,
-        hidden_size=32,
-        num_attention_heads=4,
-        num_hidden_layers=2,
-        intermediate_size=64,
         max_position_embeddings=64,
         pad_token_id=1,
         position_embedding_type=positions,
@@ -1180,12 +1177,7 @@ def test_a_backbone_sharing_one_block_among_its_layers_is_refused_and_left_uncha
     from transformers import AlbertConfig, AlbertModel
 
     config = AlbertConfig(
-        vocab_size=40,
-        embedding_size=16,
-        hidden_size=32,
-        num_attention_heads=4,
-        num_hidden_layers=3,
-        intermediate_size=64,
+        **{**TINY_SIZES, "num_hidden_layers": 3}, vocab_size=40, embedding_size=16
     )
     model = AlbertModel(config).eval()
     assert len(attention_blocks(model)) == 1
@@ -1238,10 +1230,7 @@ def test_a_relative_position_bias_is_refused_not_dropped():
     from transformers import BeitConfig, BeitModel
 
     config = BeitConfig(
-        hidden_size=32,
-        num_attention_heads=4,
-        num_hidden_layers=2,
-        intermediate_size=64,
+        **TINY_SIZES,
         image_size=16,
         patch_size=4,
         use_relative_position_bias=True,

@@ -20,6 +20,8 @@ TEXTS = [
 ]
 SPECIAL = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 TEXT_FAMILIES = ("bert", "roberta", "distilbert", "modernbert")
+#: the sizes of every tiny model: hidden size 32, 4 heads, 2 layers
+TINY_SIZES = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64)
 
 
 def tiny_tokenizer(texts: list[str] = TEXTS, pad_first: bool = True):
@@ -72,7 +74,7 @@ def tiny_config(family: str, vocab_size: int = 200, **sizes):
             pad_token_id=0,
             **sizes,
         )
-    common = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64)
+    common = TINY_SIZES
     if family == "modernbert":  # [PAD] 0, [CLS] 2, [SEP] 3: the tiny tokenizer's ids
         ids = dict(pad_token_id=0, cls_token_id=2, sep_token_id=3, bos_token_id=2, eos_token_id=3)
         sizes = {"layer_types": ["full_attention"] * 2, **sizes}
