@@ -172,6 +172,23 @@ def test_from_texts_explicit_label_order_and_integer_labels():
     assert all(swapped.decode(row.tolist()).split()[0] in ("good", "fine") for row in first)
 
 
+def test_fit_says_how_many_training_texts_fill_max_len():
+    """Texts longer than max_len are cut without a word from the tokenizer; fit says how many
+    training texts fill every token (the cut ones among them), and nothing where none does."""
+    from probtrans.runs.fitting import cut_texts_note
+
+    x, y = texts(40)  # "good movie wN": 3 words
+    x[0] = "good movie " + "very " * 10 + "long"  # 13 words
+    given = {"val": (x[1:5], y[1:5]), "test": (x[1:5], y[1:5])}  # train: all 40
+    note = cut_texts_note(DataBundle.from_texts((x, y), **given, max_len=4))
+    assert note.startswith("data: 1 of 40 training texts (2.5 %) fill all data.max_len = 4 tokens")
+    every = cut_texts_note(DataBundle.from_texts((x, y), **given, max_len=3))
+    assert every.startswith("data: 40 of 40 training texts (100.0 %) fill all")
+    assert cut_texts_note(DataBundle.from_texts((x, y), **given, max_len=16)) is None
+    images = DataBundle.from_tensors((torch.rand(20, 1, 4, 4), torch.arange(20) % 2))
+    assert cut_texts_note(images) is None
+
+
 def test_from_texts_tokenizer_learned_on_train_only():
     train = (["good movie", "bad movie", "good film", "bad film"], ["pos", "neg", "pos", "neg"])
     val = (["good movie", "bad film"], ["pos", "neg"])

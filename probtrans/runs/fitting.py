@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -242,6 +243,8 @@ def fit(
     with in_file(inference_spec.file):
         check_posthoc(classifier, inference_spec.predictive)
         check_knn_neighbours(inference_spec.predictive, data)
+    if processes.is_main and (note := cut_texts_note(data)):
+        print(f"note: {note}", file=sys.stderr)
     run = Run(model_spec, inference_spec, data, classifier, None, out_dir)
     run.guide_name = origin.get("guide_label", "")
     staging = staging_folder(out_dir)
@@ -286,6 +289,24 @@ def fit(
     if temporary and not processes.distributed:  # several processes: the folder is left
         run.own_temporary_folder()
     return run
+
+
+def cut_texts_note(data: DataBundle) -> str | None:
+    """How many training texts fill every one of the ``max_len`` tokens the data were read
+    with (texts longer are cut to them, without a word from the tokenizer); None where none
+    does, or for data that are not texts read here."""
+    max_len = data.description.get("max_len")
+    if data.kind != "tokens" or data.train.mask is None or not isinstance(max_len, int):
+        return None
+    lengths = data.train.mask.sum(1)
+    full = int((lengths >= max_len).sum())
+    if not full:
+        return None
+    return (
+        f"data: {full:,} of {len(lengths):,} training texts ({100 * full / len(lengths):.1f} %) "
+        f"fill all data.max_len = {max_len} tokens; those longer are cut to them (a larger "
+        f"max_len reads more of each, at more cost per step)"
+    )
 
 
 def check_knn_neighbours(spec: PredictiveSpec, data: DataBundle) -> None:
