@@ -1090,6 +1090,12 @@ own_data_case(
     "{path}:3",
     "'label' is missing",
 )
+own_data_case(
+    "CSV too small to split off the test and validation rows",
+    "train.csv",
+    own_rows(3),
+    "data: train.csv: cannot split test (test_fraction = 0.2) off train (3 rows)",
+)
 _CONTROL = bytes(b for b in range(1, 32) if b not in b"\n\r,")  # UTF-8, yet not text
 own_data_case(
     "CSV whose header is 4 KB of binary",

@@ -22,7 +22,7 @@ import torch
 from probtrans.data.bundle import DataBundle, DataSplit, ImageScaling
 from probtrans.data.corruptions import corrupt, parse_corruption
 from probtrans.data.files import Rows, parse_source, read_images, read_texts
-from probtrans.data.in_memory import NO_LABEL, class_indices
+from probtrans.data.in_memory import NO_LABEL, class_indices, split_rows
 from probtrans.errors import ProbtransError
 from probtrans.specs import DataSpec
 from probtrans.specs.model import OodSetSpec
@@ -56,6 +56,8 @@ def load_file_bundle(spec: DataSpec, base: Path | None = None) -> DataBundle:
         "seed": spec.split_seed,
     }
     name = spec.train  # as the spec writes it
+    # a file too small to split is named here, as the spec's data (the bundle splits it again)
+    split_rows(ys["train"], "val" in pairs, "test" in pairs, **fractions, where=f"data: {name}")
     if spec.kind == "text":
         bundle = DataBundle.from_texts(
             pairs["train"],
