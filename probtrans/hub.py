@@ -151,19 +151,23 @@ def resolve_backbone(ref: str, base: Path | None, field: str = "model.backbone")
 def load_backbone(backbone: Backbone, field: str = "model.backbone") -> nn.Module:
     """The ``backbone`` without a task head (``AutoModel``): its pretrained weights, or (a run's
     kept folder) only its shape. The model gets a copy of the config (what it changes in its
-    config, e.g. its attention function once swapped, stays its own)."""
+    config, e.g. its attention function once swapped, stays its own). Of an encoder-decoder
+    model (T5, BART, ...) it is the encoder alone: a text is classified from its encoding, and
+    the decoder would need target tokens."""
     from transformers import AutoModel
 
     folder, config = backbone.folder, copy.deepcopy(backbone.config)
     try:
         with progress_bars_off():
             if backbone.pretrained:
-                return AutoModel.from_pretrained(folder, config=config)
-            return AutoModel.from_config(config)
+                model = AutoModel.from_pretrained(folder, config=config)
+            else:
+                model = AutoModel.from_config(config)
     except (OSError, ValueError, KeyError) as err:
         raise ConfigError(f"{field}: {folder}: not a loadable model ({_first_line(err)})") from None
     except Exception as err:  # the weights' reader, or the model built from its config
         raise damaged_backbone(folder, err, field) from None
+    return model.get_encoder() if getattr(config, "is_encoder_decoder", False) else model
 
 
 #: the weight files of a ``save_pretrained`` folder, in the order ``transformers`` reads them

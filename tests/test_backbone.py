@@ -32,7 +32,13 @@ from probtrans.inference.predictive import sample_predictive
 from probtrans.resolve import load_model_spec, spec_folder, with_local_backbone
 from probtrans.runs.describe import site_table
 from tests.conftest import tiny_inference
-from tests.tiny_backbones import TEXT_FAMILIES, TEXTS, TINY_SIZES, save_tiny_backbone
+from tests.tiny_backbones import (
+    ENCODER_DECODERS,
+    TEXT_FAMILIES,
+    TEXTS,
+    TINY_SIZES,
+    save_tiny_backbone,
+)
 
 FAMILIES = (*TEXT_FAMILIES, "vit")
 #: texts of different lengths, so that a batch of them is padded
@@ -1189,6 +1195,47 @@ def test_a_backbone_sharing_one_block_among_its_layers_is_refused_and_left_uncha
             pass
     assert model.config._attn_implementation != "probtrans"
     assert not any("attn" in block.module._modules for block in attention_blocks(model))
+
+
+def test_an_encoder_decoder_models_encoder_swaps_and_the_whole_model_is_refused(tmp_path):
+    """BART's decoder attends causally and to the encoder's tokens: a swap into the whole model
+    is refused before it changes (its top block would be a cross-attention), and its encoder's
+    blocks, all of them, swap with the pretrained outputs unchanged."""
+    folder = save_tiny_backbone("bart", tmp_path / "bart")
+    whole = pretrained(folder)
+    with pytest.raises(ConfigError, match=r"BartModel is an encoder-decoder model.*get_encoder"):
+        probtrans.swap_attention(whole, [-1], "h_sto")
+    with pytest.raises(ConfigError, match=r"BartModel is an encoder-decoder model"):
+        with sampled_blocks(whole, [-1], 1.0):
+            pass
+    assert not any("attn" in block.module._modules for block in attention_blocks(whole))
+    inputs = model_inputs("bart", folder)
+    reference, encoder = pretrained(folder).get_encoder(), whole.get_encoder()
+    calls = count_calls(swap_blocks(encoder, "all", "softmax"))
+    with torch.no_grad():
+        expected = reference(**inputs).last_hidden_state
+        given = encoder(**inputs).last_hidden_state
+    assert len(calls) == 2
+    real = inputs["attention_mask"].bool()
+    torch.testing.assert_close(given[real], expected[real], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ENCODER_DECODERS)
+def test_a_classifier_of_an_encoder_decoder_model_reads_texts_with_its_encoder(tmp_path, family):
+    """A T5 or BART backbone is its encoder alone (T5's whole model fails without target
+    tokens for its decoder): a fit with adapters on its query and value maps trains, and the
+    run reloads from its own folder to the same predictions."""
+    folder = save_tiny_backbone(family, tmp_path / family)
+    targets = '["q", "v"]' if family == "t5" else '["q_proj", "v_proj"]'
+    tables = f'[model.prior]\nweights = "lora"\nlora = {{ r = 2, targets = {targets} }}\n'
+    run = fit(tmp_path, write_spec(tmp_path, folder, tables), "mfvi")
+    encoder = type(pretrained(folder).get_encoder())
+    assert type(run.classifier.backbone) is encoder
+    texts = ["a wonderful film", "the worst plot", "bad acting and a dull ending"]
+    expected = run.predict(texts, samples=3, seed=1)
+    given = probtrans.Run.load(run.path).predict(texts, samples=3, seed=1)
+    np.testing.assert_allclose(given["p_0"], expected["p_0"], rtol=0, atol=1e-6)
+    assert not np.allclose(given["p_0"], given["p_0"][0])  # the texts get different answers
 
 
 def test_key_padding_reads_a_padding_mask_and_refuses_one_that_differs_between_queries():

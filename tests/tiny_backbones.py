@@ -20,6 +20,8 @@ TEXTS = [
 ]
 SPECIAL = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 TEXT_FAMILIES = ("bert", "roberta", "distilbert", "modernbert")
+#: encoder-decoder models, whose encoder a classifier reads texts with
+ENCODER_DECODERS = ("t5", "bart")
 #: the sizes of every tiny model: hidden size 32, 4 heads, 2 layers
 TINY_SIZES = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64)
 
@@ -52,9 +54,9 @@ def tiny_tokenizer(texts: list[str] = TEXTS, pad_first: bool = True):
 
 
 def tiny_config(family: str, vocab_size: int = 200, **sizes):
-    """A config of ``family`` (bert, roberta, distilbert, modernbert, vit) with hidden size 32,
-    4 heads and 2 layers (ModernBERT's both of global attention, unless ``layer_types`` says
-    otherwise); ``sizes`` override."""
+    """A config of ``family`` (bert, roberta, distilbert, modernbert, vit, t5, bart) with hidden
+    size 32, 4 heads and 2 layers (ModernBERT's both of global attention, unless ``layer_types``
+    says otherwise); ``sizes`` override."""
     from transformers import (
         BertConfig,
         DistilBertConfig,
@@ -81,6 +83,17 @@ def tiny_config(family: str, vocab_size: int = 200, **sizes):
         return ModernBertConfig(
             **common, vocab_size=vocab_size, max_position_embeddings=64, **ids, **sizes
         )
+    if family in ENCODER_DECODERS:  # as TINY_SIZES, in each one's own names
+        from transformers import BartConfig, T5Config
+
+        if family == "t5":
+            t5 = dict(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4)
+            return T5Config(vocab_size=vocab_size, **t5, pad_token_id=0, **sizes)
+        bart = dict(d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64)
+        stacks = dict(encoder_layers=2, decoder_layers=2)
+        heads = dict(encoder_attention_heads=4, decoder_attention_heads=4)
+        ids = dict(pad_token_id=0, bos_token_id=2, eos_token_id=3, decoder_start_token_id=3)
+        return BartConfig(vocab_size=vocab_size, **bart, **stacks, **heads, **ids, **sizes)
     if family == "vit":
         return ViTConfig(**common, image_size=8, patch_size=2, num_channels=1, **sizes)
     if family == "roberta":

@@ -213,6 +213,7 @@ def swap_blocks(
             f"(modules with linear maps {' / '.join(known_projections())})"
         )
     check_one_block_per_layer(model, blocks, field)
+    check_not_encoder_decoder(model, field)
     chosen = chosen_blocks(blocks, list(layers) if layers != "all" else "all", f"{field}.layers")
     kind = attention if isinstance(attention, str) else attention.kind
     refusal = ATTENTION.get(kind, f"{field}.attention.kind").backbone_refusal
@@ -248,6 +249,19 @@ def check_one_block_per_layer(model: nn.Module, blocks: list[Block], field: str)
             f"its {layers} layers (weights shared across layers, as in ALBERT), and probtrans "
             f'swaps attention one layer at a time; adapters (weights = "lora") and the head '
             f"apply without a swap"
+        )
+
+
+def check_not_encoder_decoder(model: nn.Module, field: str) -> None:
+    """Raise ConfigError naming ``field`` for a whole encoder-decoder model (T5, BART, ...): its
+    decoder's blocks attend causally or to the encoder's tokens (cross-attention), and probtrans
+    attention attends within one sequence; its encoder (``model.get_encoder()``, what a
+    probtrans classifier loads) can be swapped."""
+    if getattr(model.config, "is_encoder_decoder", False) and model.get_encoder() is not model:
+        raise ConfigError(
+            f"{field}: {type(model).__name__} is an encoder-decoder model, whose decoder attends "
+            f"causally and to the encoder's tokens; probtrans attention attends within one "
+            f"sequence: swap the blocks of its encoder, model.get_encoder()"
         )
 
 
@@ -366,6 +380,7 @@ def sampled_blocks(model: nn.Module, layers: list[int] | str, tau: float) -> Ite
     chosen = layers if layers == "all" else list(layers)
     every = attention_blocks(model)
     check_one_block_per_layer(model, every, field)
+    check_not_encoder_decoder(model, field)
     blocks = chosen_blocks(every, chosen, field)
     check_swappable(blocks, field)
     before = {block.path: block.module._modules.get(LAYER) for block in blocks}
