@@ -34,7 +34,12 @@ from probtrans.attention.encoder import Encoder
 from probtrans.backbone.families import lora_targets, max_positions
 from probtrans.backbone.lora import RANDOM_FACTORS, LoRALinear, add_lora
 from probtrans.backbone.replicas import once_below_randomness
-from probtrans.backbone.swap import sampled_blocks, start_from_pretrained, swap_blocks
+from probtrans.backbone.swap import (
+    attends_causally,
+    sampled_blocks,
+    start_from_pretrained,
+    swap_blocks,
+)
 from probtrans.contract import outputs_recorded
 from probtrans.data import DataBundle
 from probtrans.errors import ConfigError, ProbtransError
@@ -261,10 +266,17 @@ def trains_backbone(net: NetworkSpec) -> bool:
 
 
 def pooled(x: Tensor, mask: Tensor | None, pooling: str) -> Tensor:
-    """Token representations x (B, L, D) → (B, D): the first token (``first``, ``cls``) or the
-    mean over real tokens (mask (B, L) True; all tokens if None)."""
+    """Token representations x (B, L, D) → (B, D): the first token (``first``, ``cls``), the
+    last real token (``last``; padding on either side) or the mean over real tokens (mask
+    (B, L) True; all tokens if None)."""
     if pooling in ("first", "cls"):
         return x[:, 0]
+    if pooling == "last":
+        if mask is None:
+            return x[:, -1]
+        positions = torch.arange(x.shape[1], device=x.device)
+        last = (mask.long() * positions).argmax(dim=1)  # (B,): the last True of each row
+        return x[torch.arange(len(x), device=x.device), last]
     if mask is None:
         return x.mean(1)
     weights = mask.unsqueeze(-1).to(x.dtype)
@@ -359,6 +371,12 @@ class BackboneClassifier(PyroClassifier, DeepPyroModule):
         self.drop = nn.Dropout(net.dropout)
         if net.swap is not None:
             swap_blocks(backbone, net.swap.layers, net.swap.attention)
+        if net.pooling in ("first", "cls") and attends_causally(backbone):
+            raise ConfigError(
+                f"model.pooling = {net.pooling!r}: model.backbone = {net.backbone!r} attends "
+                f"causally (a decoder), so its first token sees no other; use 'last' (its last "
+                f"real token, as transformers' sequence classifiers of decoders read) or 'mean'"
+            )
         prior = net.prior
         adapters = {}
         if not trains_backbone(net):

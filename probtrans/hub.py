@@ -198,18 +198,31 @@ def check_reads_texts(config: Any, label: str) -> None:
 
 def backbone_tokenizer(folder: Path, field: str = "model.backbone") -> Tokenizer:
     """The backbone's fast tokenizer (``AutoTokenizer``) as a ``tokenizers.Tokenizer``: the
-    object a probtrans text bundle keeps, padding with the backbone's padding token."""
+    object a probtrans text bundle keeps, padding with the backbone's padding token. A
+    tokenizer without one (GPT-2's, Llama's) pads with its end-of-text token, as ``transformers``
+    users set ``pad_token = eos_token``: padding is masked out, and the token ends no text it
+    encodes (where it does, it could not tell padding from text, and is refused)."""
     from transformers import AutoTokenizer
 
     try:
         fast = AutoTokenizer.from_pretrained(folder, use_fast=True)
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ConfigError(f"{field}: {folder}: no usable tokenizer ({_first_line(err)})") from None
-    if not getattr(fast, "is_fast", False) or fast.pad_token_id is None:
-        why = "not a fast tokenizer" if not getattr(fast, "is_fast", False) else "no padding token"
-        raise ConfigError(f"{field}: {folder}: its tokenizer has {why}; probtrans needs one")
+    if not getattr(fast, "is_fast", False):
+        raise ConfigError(
+            f"{field}: {folder}: its tokenizer is not a fast tokenizer; probtrans needs one"
+        )
+    pad_id, pad_token = fast.pad_token_id, fast.pad_token
+    eos = fast.eos_token_id
+    if pad_id is None and eos is not None and eos not in fast("a text")["input_ids"]:
+        pad_id, pad_token = eos, fast.eos_token
+    if pad_id is None:
+        raise ConfigError(
+            f"{field}: {folder}: its tokenizer has no padding token (nor an end-of-text token "
+            f"that its texts do not carry); probtrans needs one"
+        )
     tokenizer = Tokenizer.from_str(fast.backend_tokenizer.to_str())
-    tokenizer.enable_padding(pad_id=fast.pad_token_id, pad_token=fast.pad_token)
+    tokenizer.enable_padding(pad_id=pad_id, pad_token=pad_token)
     return tokenizer
 
 

@@ -38,6 +38,7 @@ from tests.tiny_backbones import (
     TEXTS,
     TINY_SIZES,
     save_tiny_backbone,
+    save_tiny_gpt2,
 )
 
 FAMILIES = (*TEXT_FAMILIES, "vit")
@@ -1236,6 +1237,59 @@ def test_a_classifier_of_an_encoder_decoder_model_reads_texts_with_its_encoder(t
     given = probtrans.Run.load(run.path).predict(texts, samples=3, seed=1)
     np.testing.assert_allclose(given["p_0"], expected["p_0"], rtol=0, atol=1e-6)
     assert not np.allclose(given["p_0"], given["p_0"][0])  # the texts get different answers
+
+
+def test_a_decoder_backbone_pools_its_last_real_token_and_its_first_is_refused(tmp_path):
+    """GPT-2 attends causally: its first token sees no other, so ``cls`` pooling is refused
+    naming ``last``; ``last`` pools each text's last real token of the pretrained outputs (its
+    tokenizer has no padding token: it pads with its end-of-text token, masked out)."""
+    from probtrans.classifier import pooled
+
+    folder = save_tiny_gpt2(tmp_path / "gpt2")
+    cls = write_spec(tmp_path, folder, "pooling = 'cls'\n[model.prior]\nweights = 'none'\n")
+    spec, _ = with_local_backbone(load_model_spec(cls))
+    data = load_data(spec.data, spec_folder(spec))
+    with pytest.raises(ConfigError, match=r"model.pooling = 'cls': .* attends causally.*'last'"):
+        build_classifier(spec, data)
+    assert data.tokenizer.padding["pad_token"] == "<|endoftext|>"
+    last = write_spec(tmp_path, folder, "pooling = 'last'\n[model.prior]\nweights = 'none'\n")
+    spec, _ = with_local_backbone(load_model_spec(last))
+    classifier = build_classifier(spec, data).eval()
+    _, inputs, mask, _ = next(data.train.batches(8))
+    assert not mask.all() and (inputs[~mask] == 0).all()  # padded, with the end-of-text id
+    with torch.no_grad():
+        hidden = pretrained(folder)(input_ids=inputs, attention_mask=mask).last_hidden_state
+        expected = hidden[torch.arange(len(inputs)), mask.sum(1) - 1]  # right padding
+        torch.testing.assert_close(classifier.encode(inputs, mask), expected, rtol=0, atol=1e-5)
+    x = torch.randn(2, 4, 3)
+    left = torch.tensor([[False, True, True, True], [False, False, True, True]])
+    torch.testing.assert_close(pooled(x, left, "last"), x[:, -1])  # left padding: the last
+    right = torch.tensor([[True, True, False, False], [True, True, True, True]])
+    torch.testing.assert_close(pooled(x, right, "last"), x[[0, 1], [1, 3]])
+
+
+def test_lora_adapts_the_conv1d_maps_of_gpt2(tmp_path):
+    """GPT-2's linear maps are ``transformers``' Conv1D (x W + b, W stored (d_in, d_out)):
+    LoRA adapts them as it does nn.Linear, starting at the pretrained map, and a fit trains
+    the adapters and predicts."""
+    from probtrans.backbone.lora import add_lora
+
+    folder = save_tiny_gpt2(tmp_path / "gpt2")
+    model = pretrained(folder)
+    tokens = torch.randn(5, 32)
+    before = model.h[0].attn.c_attn(tokens)
+    adapters = add_lora(model, ["c_attn"], 2, 4.0)
+    assert sorted(adapters) == ["h.0.attn.c_attn", "h.1.attn.c_attn"]
+    adapter = adapters["h.0.attn.c_attn"]
+    assert adapter.lora_a.shape == (2, 32) and adapter.lora_b.shape == (96, 2)
+    torch.testing.assert_close(adapter(tokens), before)  # B = 0: the pretrained map
+    torch.nn.init.normal_(adapter.lora_b)
+    update = 2.0 * tokens @ adapter.lora_a.T @ adapter.lora_b.T  # (α / r) B A x
+    torch.testing.assert_close(adapter(tokens), before + update)
+    tables = 'pooling = "last"\n[model.prior]\nweights = "lora"\nlora = { targets = ["c_attn"] }\n'
+    run = fit(tmp_path, write_spec(tmp_path, folder, tables), "mfvi")
+    predicted = run.predict(["a wonderful film", "the worst plot"], samples=3, seed=1)
+    assert not np.allclose(predicted["p_0"], predicted["p_0"][0])
 
 
 def test_key_padding_reads_a_padding_mask_and_refuses_one_that_differs_between_queries():

@@ -1333,17 +1333,29 @@ def _(w: Workspace) -> Expect:
 
 @case("spec/model: backbone without self-attention blocks of a known shape")
 def _(w: Workspace) -> Expect:
-    from transformers import GPT2Config, GPT2Model
+    from tests.tiny_backbones import save_tiny_gpt2
 
-    from tests.tiny_backbones import tiny_tokenizer
-
-    tokenizer = tiny_tokenizer()  # GPT-2's attention projects with one Conv1D, c_attn
-    config = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=4, n_positions=64)
-    folder = w.root / "gpt2"
-    GPT2Model(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    folder = save_tiny_gpt2(w.root / "gpt2")  # its attention projects with one Conv1D, c_attn
     model = w.backbone_model("[model.swap]\nlayers = [-1]\n", backbone=str(folder))
     return Expect(w.fit(model), (str(model), "model.swap", "no self-attention blocks"))
+
+
+@case("spec/model: first-token pooling of a causal backbone")
+def _(w: Workspace) -> Expect:
+    from tests.tiny_backbones import save_tiny_gpt2
+
+    folder = save_tiny_gpt2(w.root / "gpt2")
+    model = w.backbone_model(backbone=str(folder))  # pooling = "cls"
+    return Expect(w.fit(model), (str(model), "model.pooling = 'cls'", "causally", "'last'"))
+
+
+edited_model_case(
+    "last-token pooling without a backbone",
+    "model",
+    {"pooling": '"last"'},
+    "model.pooling = 'last'",
+    "needs model.backbone",
+)
 
 
 @case("spec/model: backbone tokenizer larger than its vocabulary")

@@ -53,6 +53,39 @@ def tiny_tokenizer(texts: list[str] = TEXTS, pad_first: bool = True):
     )
 
 
+def tiny_decoder_tokenizer(texts: list[str] = TEXTS):
+    """A fast WordPiece tokenizer as a decoder's (GPT-2's, Llama's): no padding token, an
+    end-of-text token its texts do not carry (id 0), nothing added around a text."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", SPECIAL["unk"]]
+    tokenizer = Tokenizer(models.WordPiece(unk_token=SPECIAL["unk"]))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.train_from_iterator(
+        texts, trainers.WordPieceTrainer(vocab_size=200, special_tokens=specials)
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, eos_token=specials[0], unk_token=SPECIAL["unk"]
+    )
+
+
+def save_tiny_gpt2(folder: Path, seed: int = 0) -> Path:
+    """A tiny GPT-2 (causal; linear maps of ``transformers``' Conv1D; random weights) and its
+    tokenizer without a padding token (:func:`tiny_decoder_tokenizer`), with
+    ``save_pretrained``; returns the folder."""
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(seed)
+    tokenizer = tiny_decoder_tokenizer()
+    sizes = dict(n_embd=32, n_head=4, n_layer=2, n_positions=64)
+    config = GPT2Config(vocab_size=len(tokenizer), **sizes, bos_token_id=0, eos_token_id=0)
+    GPT2Model(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return Path(folder)
+
+
 def tiny_config(family: str, vocab_size: int = 200, **sizes):
     """A config of ``family`` (bert, roberta, distilbert, modernbert, vit, t5, bart) with hidden
     size 32, 4 heads and 2 layers (ModernBERT's both of global attention, unless ``layer_types``

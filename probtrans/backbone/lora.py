@@ -30,17 +30,31 @@ RANDOM_FACTORS = {"a": ("lora_a",), "ab": FACTORS}
 ALL_LINEAR = "all-linear"
 
 
+def linear_sizes(module: nn.Module) -> tuple[int, int] | None:
+    """(d_in, d_out) of a linear map: an ``nn.Linear``, or ``transformers``' ``Conv1D`` (GPT-2's
+    linear maps, x W + b with W stored as (d_in, d_out)); None for any other module."""
+    from transformers.pytorch_utils import Conv1D
+
+    if isinstance(module, nn.Linear):
+        return module.in_features, module.out_features
+    if isinstance(module, Conv1D):
+        d_in, d_out = module.weight.shape
+        return d_in, d_out
+    return None
+
+
 class LoRALinear(PyroModule):
-    """``base`` (an ``nn.Linear``: frozen with the backbone, or trained under
+    """``base`` (a linear map, :func:`linear_sizes`: frozen with the backbone, or trained under
     ``model.train_backbone``) plus the low-rank update (α / r) B A."""
 
-    def __init__(self, base: nn.Linear, r: int, alpha: float) -> None:
+    def __init__(self, base: nn.Module, r: int, alpha: float) -> None:
         super().__init__()
+        d_in, d_out = linear_sizes(base)
         self.base = base
         self.scaling = alpha / r
-        self.lora_a = nn.Parameter(torch.empty(r, base.in_features))
+        self.lora_a = nn.Parameter(torch.empty(r, d_in))
         nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
-        self.lora_b = nn.Parameter(torch.zeros(base.out_features, r))
+        self.lora_b = nn.Parameter(torch.zeros(d_out, r))
 
     def forward(self, x: Tensor) -> Tensor:
         update = (x @ self.lora_a.transpose(0, 1).to(x.dtype)) @ self.lora_b.transpose(0, 1)
@@ -50,12 +64,13 @@ class LoRALinear(PyroModule):
 def add_lora(
     model: nn.Module, targets: list[str], r: int, alpha: float, field: str = "model.prior.lora"
 ) -> dict[str, LoRALinear]:
-    """Replace (in place) every ``nn.Linear`` of ``model`` whose name is one of ``targets`` (or
-    whose path ends with one; :data:`ALL_LINEAR`: every one) by a :class:`LoRALinear` around it;
-    returns path → adapter. Targets that match no linear map are refused."""
+    """Replace (in place) every linear map (:func:`linear_sizes`) of ``model`` whose name is one
+    of ``targets`` (or whose path ends with one; :data:`ALL_LINEAR`: every one) by a
+    :class:`LoRALinear` around it; returns path → adapter. Targets that match no linear map are
+    refused."""
     adapters: dict[str, LoRALinear] = {}
     matched: set[str] = set()
-    linear = [(p, m) for p, m in model.named_modules() if isinstance(m, nn.Linear) and p]
+    linear = [(p, m) for p, m in model.named_modules() if linear_sizes(m) is not None and p]
     for path, module in linear:
         hits = [t for t in targets if t == ALL_LINEAR or path == t or path.endswith("." + t)]
         if not hits:
@@ -69,8 +84,9 @@ def add_lora(
     missing = [t for t in targets if t not in matched]
     if missing:
         names = sorted({path.rpartition(".")[2] for path, _ in linear})  # before any adapter
+        known = f"its linear maps are named {', '.join(names)}" if names else "it has none"
         raise ConfigError(
             f"{field}.targets = {targets}: {missing[0]!r} matches no linear map of the backbone "
-            f"(its linear maps are named {', '.join(names)})"
+            f"(nn.Linear or transformers' Conv1D; {known})"
         )
     return adapters

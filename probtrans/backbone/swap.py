@@ -265,6 +265,12 @@ def check_not_encoder_decoder(model: nn.Module, field: str) -> None:
         )
 
 
+def attends_causally(model: nn.Module) -> bool:
+    """Whether ``model`` has an attention module that attends causally (``is_causal``: a
+    decoder's, GPT-2's or Llama's): each token sees only those before it."""
+    return any(getattr(module, "is_causal", False) is True for module in model.modules())
+
+
 def check_swappable(blocks: list[Block], field: str) -> None:
     """Raise ConfigError naming ``field`` for a block whose attention probtrans cannot take
     over: one that does not call the attention registry, attends causally (a decoder's), or

@@ -206,10 +206,12 @@ class NetworkSpec(Spec):
     n_layers: PositiveInt = 2
     d_ff: PositiveInt = 128
     norm: Literal["pre", "post"] = "pre"
-    pooling: Literal["mean", "first", "cls", "pooler"] = "mean"
+    pooling: Literal["mean", "first", "cls", "last", "pooler"] = "mean"
     """``mean`` over real tokens, or the first token (``first`` or ``cls``): a learned [CLS]
-    token for a network trained here, the backbone's own first token ([CLS], ``<s>``);
-    ``pooler``: a backbone's own pooler (BERT's tanh layer over [CLS], as
+    token for a network trained here, the backbone's own first token ([CLS], ``<s>``); with a
+    backbone, ``last``: its last real token (what ``transformers``' sequence classifiers of
+    decoders such as GPT-2 and Llama read, the one token of a causal model that sees the whole
+    text) and ``pooler``: its own pooler (BERT's tanh layer over [CLS], as
     ``AutoModelForSequenceClassification`` reads it)."""
     dropout: Rate = 0.1
     max_positions: PositiveInt = 512
@@ -269,7 +271,7 @@ class NetworkSpec(Spec):
         else:
             needs_backbone = {
                 "swap": "…" if self.swap is not None else None,
-                "pooling": "pooler" if self.pooling == "pooler" else None,
+                "pooling": self.pooling if self.pooling in ("pooler", "last") else None,
                 "train_backbone": self.train_backbone,
                 "prior.weights": "lora" if self.prior.weights == "lora" else None,
             }
