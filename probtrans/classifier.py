@@ -438,17 +438,25 @@ class BackboneClassifier(PyroClassifier, DeepPyroModule):
         """inputs: images (B, C, H, W), resized (bilinear) to the backbone's image size, or
         token ids (B, L); mask: (B, L) bool, True for real tokens → the pooled representation
         (B, hidden size)."""
-        if self.image:
-            inputs = inputs.unsqueeze(1) if inputs.dim() == 3 else inputs  # one channel
-            size = self.backbone.config.image_size
-            size = (size, size) if isinstance(size, int) else tuple(size)
-            if tuple(inputs.shape[-2:]) != size:  # resized to the backbone's images
-                inputs = nn.functional.interpolate(inputs, size=size, mode="bilinear")
-            output = self.backbone(pixel_values=inputs)
-            mask = None
-        else:
-            output = self.backbone(input_ids=inputs, attention_mask=mask)
-        return self.drop(backbone_pooled(output, mask, self.pooling))
+        given = backbone_inputs(self.backbone, self.image, inputs, mask)
+        output = self.backbone(**given)
+        return self.drop(backbone_pooled(output, given.get("attention_mask"), self.pooling))
+
+
+def backbone_inputs(
+    backbone: nn.Module, image: bool, inputs: Tensor, mask: Tensor | None
+) -> dict[str, Tensor]:
+    """The keyword inputs of a Hugging Face ``backbone``: images (B, C, H, W) or (B, H, W) as
+    ``pixel_values``, resized (bilinear) to its image size; token ids (B, L) with their
+    ``attention_mask`` (B, L)."""
+    if not image:
+        return {"input_ids": inputs, "attention_mask": mask}
+    inputs = inputs.unsqueeze(1) if inputs.dim() == 3 else inputs  # one channel
+    size = backbone.config.image_size
+    size = (size, size) if isinstance(size, int) else tuple(size)
+    if tuple(inputs.shape[-2:]) != size:  # resized to the backbone's images
+        inputs = nn.functional.interpolate(inputs, size=size, mode="bilinear")
+    return {"pixel_values": inputs}
 
 
 def backbone_pooled(output: object, mask: Tensor | None, pooling: str) -> Tensor:
@@ -539,11 +547,13 @@ def build_backbone_classifier(
     check_backbone_data(resolved.config, spec, data)
     backbone = load_backbone(resolved)
     net, image = spec.network, data.kind == "image"
+    if resolved.pretrained and len(data.train):
+        check_backbone_runs(backbone, image, data, resolved.ref)
     measured = net.head.kind == "random_features" and net.head.lengthscale is None
     start = {}
     if resolved.pretrained and (net.swap is not None or measured) and len(data.train):
         _, inputs, mask, _ = data.train.batch(torch.randperm(len(data.train))[:START_EXAMPLES])
-        start = {"pixel_values": inputs} if image else {"input_ids": inputs, "attention_mask": mask}
+        start = backbone_inputs(backbone, image, inputs, mask)
     lengthscale = None
     if measured and start:  # SNGP's ℓ at the scale of the pretrained features
         features = pretrained_features(backbone, start, net.pooling)  # (N, D)
@@ -563,6 +573,33 @@ def build_backbone_classifier(
     if net.swap is not None and start:
         start_from_pretrained(backbone, **start)
     return classifier
+
+
+#: the training examples the untouched backbone is first run on
+PROBE_EXAMPLES = 2
+
+
+@torch.no_grad()
+def check_backbone_runs(backbone: nn.Module, image: bool, data: DataBundle, ref: str) -> None:
+    """Run the untouched pretrained ``backbone`` on the first training examples of ``data``
+    before anything of probtrans is put in it: a model that fails on them (one that needs
+    inputs probtrans does not give, as X-MOD's language) is one error naming it, before
+    training rather than in its first step."""
+    _, inputs, mask, _ = data.train.batch(torch.arange(min(PROBE_EXAMPLES, len(data.train))))
+    mode = backbone.training
+    backbone.eval()
+    try:
+        backbone(**backbone_inputs(backbone, image, inputs, mask))
+    except ProbtransError:
+        raise
+    except Exception as err:  # the model's own code: its message says what it needs
+        message = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise ConfigError(
+            f"model.backbone = {ref!r}: {type(backbone).__name__} fails on the inputs of "
+            f"{data.name} ({type(err).__name__}: {message})"
+        ) from None
+    finally:
+        backbone.train(mode)
 
 
 @torch.no_grad()

@@ -1239,6 +1239,30 @@ def test_a_classifier_of_an_encoder_decoder_model_reads_texts_with_its_encoder(t
     assert not np.allclose(given["p_0"], given["p_0"][0])  # the texts get different answers
 
 
+@pytest.mark.parametrize(
+    "tables",
+    ["[model.swap]\nlayers = [-1]\n", "[model.head]\nkind = 'random_features'\n"],
+    ids=["swap", "sngp"],
+)
+def test_images_of_another_size_start_a_swap_and_sngp_resized(tmp_path, backbones, tables):
+    """Images of another size than the backbone's are resized for it: also the pretrained
+    tokens that start a swapped layer and the features that give SNGP's length scale (they
+    were passed as they were, and the ViT refused them)."""
+    x = np.random.default_rng(0).random((40, 1, 16, 16), dtype=np.float32)  # the ViT's: 8×8
+    np.savez(tmp_path / "big.npz", x=x, y=np.arange(40) % 2)
+    text = (
+        f'[data]\ntrain = "big.npz"\nkind = "image"\n\n[model]\nbackbone = "{backbones["vit"]}"\n'
+        f"dropout = 0.0\n{tables}"
+    )
+    (tmp_path / "model.toml").write_text(text)
+    spec, _ = with_local_backbone(load_model_spec(tmp_path / "model.toml"))
+    data = load_data(spec.data, spec_folder(spec))
+    classifier = build_classifier(spec, data).eval()
+    _, inputs, mask, _ = next(data.train.batches(4))
+    with torch.no_grad():
+        assert classifier(inputs, mask).shape == (4, 2)
+
+
 def test_a_decoder_backbone_pools_its_last_real_token_and_its_first_is_refused(tmp_path):
     """GPT-2 attends causally: its first token sees no other, so ``cls`` pooling is refused
     naming ``last``; ``last`` pools each text's last real token of the pretrained outputs (its

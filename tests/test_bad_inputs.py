@@ -1340,6 +1340,23 @@ def _(w: Workspace) -> Expect:
     return Expect(w.fit(model), (str(model), "model.swap", "no self-attention blocks"))
 
 
+@case("spec/model: backbone that fails on the texts (X-MOD without a default language)")
+def _(w: Workspace) -> Expect:
+    from transformers import AutoModel, AutoTokenizer, XmodConfig, XmodModel
+
+    from tests.tiny_backbones import TINY_SIZES
+
+    tokenizer = AutoTokenizer.from_pretrained(w.backbone())  # the tiny BERT's
+    config = XmodConfig(**TINY_SIZES, vocab_size=len(tokenizer), languages=["en_XX"])
+    folder = w.root / "xmod"
+    XmodModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    assert AutoModel.from_pretrained(folder).config.default_language is None
+    model = w.backbone_model(backbone=str(folder))
+    names = ("model.backbone", "XmodModel fails on the inputs of", "Input language unknown")
+    return Expect(w.fit(model), (str(model), *names))
+
+
 @case("spec/model: first-token pooling of a causal backbone")
 def _(w: Workspace) -> Expect:
     from tests.tiny_backbones import save_tiny_gpt2
