@@ -1316,6 +1316,36 @@ def test_lora_adapts_the_conv1d_maps_of_gpt2(tmp_path):
     assert not np.allclose(predicted["p_0"], predicted["p_0"][0])
 
 
+def test_lora_adapts_the_query_and_value_maps_of_families_whose_attention_cannot_swap():
+    """DeBERTa (disentangled logits), MPNet and T5 (relative position biases) keep attention
+    probtrans cannot take over, but LoRA adapts their query and value maps unless told
+    otherwise; T5's encoder, whose heads may be narrower than its tokens, is refused a swap
+    with the sizes rather than crashing in its first layer."""
+    from transformers import (
+        DebertaV2Config,
+        DebertaV2Model,
+        MPNetConfig,
+        MPNetModel,
+        T5EncoderModel,
+    )
+
+    from probtrans.backbone.families import lora_targets
+    from tests.tiny_backbones import tiny_config
+
+    deberta = DebertaV2Model(DebertaV2Config(**TINY_SIZES, vocab_size=40))
+    mpnet = MPNetModel(MPNetConfig(**TINY_SIZES, vocab_size=40))
+    t5 = T5EncoderModel(tiny_config("t5", vocab_size=40))
+    assert lora_targets(deberta) == ["query_proj", "value_proj"]
+    assert lora_targets(mpnet) == ["q", "v"]
+    assert lora_targets(t5) == ["q", "v"]
+    with pytest.raises(ConfigError, match="DisentangledSelfAttention.*does not call"):
+        probtrans.swap_attention(deberta, "all", "softmax")
+    narrow = T5EncoderModel(tiny_config("t5", vocab_size=40, d_kv=16))  # 4 heads of 16: 64
+    with pytest.raises(ConfigError, match="tokens of size 32 to keys of size 64"):
+        probtrans.swap_attention(narrow, [-1], "sgpa")
+    assert narrow.config._attn_implementation != "probtrans"
+
+
 def test_key_padding_reads_a_padding_mask_and_refuses_one_that_differs_between_queries():
     from probtrans.backbone.swap import key_padding
 
@@ -1382,3 +1412,6 @@ def test_a_swapped_block_asking_for_what_probtrans_attention_does_not_apply_is_r
     assert out.shape == (1, 3, 2, 4)
     with pytest.raises(ProbtransError, match=r"softcap=30\.0, which probtrans attention does"):
         probtrans_attention(block, q, k, v, None, softcap=30.0)
+    bias = torch.zeros(1, 2, 3, 3)  # T5's relative position bias: a tensor, named by its shape
+    with pytest.raises(ProbtransError, match=r"position_bias=a tensor of shape \(1, 2, 3, 3\)"):
+        probtrans_attention(block, q, k, v, None, position_bias=bias)

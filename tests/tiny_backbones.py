@@ -121,12 +121,12 @@ def tiny_config(family: str, vocab_size: int = 200, **sizes):
 
         if family == "t5":
             t5 = dict(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4)
-            return T5Config(vocab_size=vocab_size, **t5, pad_token_id=0, **sizes)
+            return T5Config(vocab_size=vocab_size, pad_token_id=0, **{**t5, **sizes})
         bart = dict(d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64)
         stacks = dict(encoder_layers=2, decoder_layers=2)
         heads = dict(encoder_attention_heads=4, decoder_attention_heads=4)
         ids = dict(pad_token_id=0, bos_token_id=2, eos_token_id=3, decoder_start_token_id=3)
-        return BartConfig(vocab_size=vocab_size, **bart, **stacks, **heads, **ids, **sizes)
+        return BartConfig(vocab_size=vocab_size, **{**bart, **stacks, **heads, **ids, **sizes})
     if family == "vit":
         return ViTConfig(**common, image_size=8, patch_size=2, num_channels=1, **sizes)
     if family == "roberta":

@@ -94,6 +94,13 @@ register_family(
 register_family(Family("DistilBERT", ("distilbert",), ("q_lin", "k_lin", "v_lin"), "n_heads"))
 register_family(Family("ViT", ("vit",), ("q_proj", "k_proj", "v_proj")))  # transformers 5
 register_family(Family("ModernBERT", ("modernbert",), ("Wqkv",)))  # queries, keys, values stacked
+# families whose attention probtrans cannot take over (disentangled or relative-position logits,
+# refused by the swap with the reason) and whose query and value maps LoRA adapts by default
+register_family(
+    Family("DeBERTa", ("deberta", "deberta-v2"), ("query_proj", "key_proj", "value_proj"))
+)
+register_family(Family("MPNet", ("mpnet",), ("q", "k", "v")))
+register_family(Family("T5", ("t5", "mt5", "umt5"), ("q", "k", "v"), "num_heads"))
 
 
 def family_of_config(config: Any) -> Family | None:

@@ -73,6 +73,12 @@ class Block:
     def width(self) -> int:
         return getattr(self.key_map, "base", self.key_map).out_features
 
+    @property
+    def token_width(self) -> int:
+        """The size of the tokens the block projects (its hidden size)."""
+        linear = getattr(self.key_map, "stacked", self.key_map)
+        return getattr(linear, "base", linear).in_features
+
 
 def key_map(module: nn.Module) -> nn.Module | None:
     """The key projection of a self-attention module: one with the query, key and value
@@ -138,11 +144,15 @@ def probtrans_attention(
         return sdpa_attention(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
-    changed = {k: v for k, v in kwargs.items() if k in UNHONOURED and v not in (None, False)}
+    changed = {
+        k: f"a tensor of shape {tuple(v.shape)}" if isinstance(v, Tensor) else repr(v)
+        for k, v in kwargs.items()
+        if k in UNHONOURED and v is not None and v is not False  # a tensor too (T5's bias)
+    }
     if changed:
         raise ProbtransError(
             f"{getattr(layer, '_pyro_name', LAYER)}: the block asks its attention function for "
-            f"{', '.join(f'{k}={v!r}' for k, v in changed.items())}, which probtrans attention "
+            f"{', '.join(f'{k}={v}' for k, v in changed.items())}, which probtrans attention "
             f"does not apply; its weights would not be the block's"
         )
     scale = block_scale(scaling, query.shape[-1])
@@ -286,6 +296,12 @@ def check_swappable(blocks: list[Block], field: str) -> None:
             raise ConfigError(
                 f"{field}: {name} attends causally (a decoder's block), and probtrans attention "
                 f"attends in both directions"
+            )
+        if block.token_width != block.width:
+            raise ConfigError(
+                f"{field}: {name} projects tokens of size {block.token_width} to keys of size "
+                f"{block.width}, and probtrans attention takes blocks whose heads together are "
+                f"as wide as its tokens"
             )
         if getattr(module, "sliding_window", None) is not None:
             raise ConfigError(
