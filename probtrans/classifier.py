@@ -44,7 +44,7 @@ from probtrans.contract import outputs_recorded
 from probtrans.data import DataBundle
 from probtrans.errors import ConfigError, ProbtransError
 from probtrans.gp.sngp import RandomFeatures, median_distance, spectral_normalise
-from probtrans.hub import Backbone, load_backbone, resolve_backbone
+from probtrans.hub import Backbone, first_line, load_backbone, resolve_backbone
 from probtrans.internals.pyro import DeepPyroModule, pyro_sample_names
 from probtrans.resolve import spec_folder
 from probtrans.runtime.caller_state import local_params
@@ -579,27 +579,21 @@ def build_backbone_classifier(
 PROBE_EXAMPLES = 2
 
 
-@torch.no_grad()
 def check_backbone_runs(backbone: nn.Module, image: bool, data: DataBundle, ref: str) -> None:
     """Run the untouched pretrained ``backbone`` on the first training examples of ``data``
     before anything of probtrans is put in it: a model that fails on them (one that needs
     inputs probtrans does not give, as X-MOD's language) is one error naming it, before
     training rather than in its first step."""
     _, inputs, mask, _ = data.train.batch(torch.arange(min(PROBE_EXAMPLES, len(data.train))))
-    mode = backbone.training
-    backbone.eval()
     try:
-        backbone(**backbone_inputs(backbone, image, inputs, mask))
+        pretrained_features(backbone, backbone_inputs(backbone, image, inputs, mask), "mean")
     except ProbtransError:
         raise
     except Exception as err:  # the model's own code: its message says what it needs
-        message = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise ConfigError(
             f"model.backbone = {ref!r}: {type(backbone).__name__} fails on the inputs of "
-            f"{data.name} ({type(err).__name__}: {message})"
+            f"{data.name} ({type(err).__name__}: {first_line(err)})"
         ) from None
-    finally:
-        backbone.train(mode)
 
 
 @torch.no_grad()

@@ -73,7 +73,7 @@ def _packaged(module_name: str, label: str) -> Path:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
         if err.name is None or not module_name.startswith(err.name):
-            raise ConfigError(f"{label}: importing it failed ({_first_line(err)})") from None
+            raise ConfigError(f"{label}: importing it failed ({first_line(err)})") from None
         distribution = module_name.split(".")[0].replace("_", "-")
         raise ConfigError(
             f"{label}: the package is not installed; pip install {distribution}"
@@ -84,7 +84,7 @@ def _packaged(module_name: str, label: str) -> Path:
     try:
         folder = Path(locate())
     except Exception as err:  # the package's own code: any failure is its message, one line
-        raise ConfigError(f"{label}: get_model_path() failed ({_first_line(err)})") from None
+        raise ConfigError(f"{label}: get_model_path() failed ({first_line(err)})") from None
     if not (folder / "config.json").is_file():
         raise ConfigError(f"{label}: {folder} is not a model saved by save_pretrained")
     return folder
@@ -125,7 +125,7 @@ def load_config(folder: Path, field: str = "model.backbone"):  # -> PretrainedCo
     try:
         return AutoConfig.from_pretrained(folder)
     except (OSError, ValueError, KeyError) as err:
-        raise ConfigError(f"{field}: {folder}: not a model config ({_first_line(err)})") from None
+        raise ConfigError(f"{field}: {folder}: not a model config ({first_line(err)})") from None
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ def load_backbone(backbone: Backbone, field: str = "model.backbone") -> nn.Modul
             else:
                 model = AutoModel.from_config(config)
     except (OSError, ValueError, KeyError) as err:
-        raise ConfigError(f"{field}: {folder}: not a loadable model ({_first_line(err)})") from None
+        raise ConfigError(f"{field}: {folder}: not a loadable model ({first_line(err)})") from None
     except Exception as err:  # the weights' reader, or the model built from its config
         raise damaged_backbone(folder, err, field) from None
     return model.get_encoder() if getattr(config, "is_encoder_decoder", False) else model
@@ -183,9 +183,9 @@ def damaged_backbone(folder: Path, err: Exception, field: str) -> ConfigError:
     reader = type(err).__module__.split(".")[0] in ("safetensors", "pickle", "zipfile")
     reader = reader or isinstance(err, EOFError) or "PytorchStreamReader" in str(err)
     if weights is not None and reader:
-        return ConfigError(f"{field}: {weights}: damaged weights ({_first_line(err)})")
+        return ConfigError(f"{field}: {weights}: damaged weights ({first_line(err)})")
     return ConfigError(
-        f"{field}: {folder / 'config.json'}: no model can be built from it ({_first_line(err)})"
+        f"{field}: {folder / 'config.json'}: no model can be built from it ({first_line(err)})"
     )
 
 
@@ -207,7 +207,7 @@ def backbone_tokenizer(folder: Path, field: str = "model.backbone") -> Tokenizer
     try:
         fast = AutoTokenizer.from_pretrained(folder, use_fast=True)
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ConfigError(f"{field}: {folder}: no usable tokenizer ({_first_line(err)})") from None
+        raise ConfigError(f"{field}: {folder}: no usable tokenizer ({first_line(err)})") from None
     if not getattr(fast, "is_fast", False):
         raise ConfigError(
             f"{field}: {folder}: its tokenizer is not a fast tokenizer; probtrans needs one"
@@ -256,5 +256,5 @@ def kept_backbone(run_dir: Path) -> Backbone:
     return Backbone(str(folder), folder, load_config(folder), pretrained=False)
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
