@@ -3,8 +3,12 @@ the installed release among those checked, and each still behaving as probtrans 
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 import torch
 import transformers
+from packaging.requirements import Requirement
 from torch import nn
 from transformers import AutoModel
 from transformers.utils import logging as transformers_logging
@@ -31,6 +35,21 @@ def test_the_installed_transformers_is_a_checked_release():
         f"attention modules' forward, utils.logging.set_tqdm_hook), run this file, then add the "
         f"release to CHECKED_TRANSFORMERS_VERSIONS"
     )
+
+
+def test_the_install_admits_the_checked_releases_and_no_later_one():
+    """pyproject's ``transformers`` requirement lets pip resolve only a checked release: the
+    first of each checked major.minor is admitted, the next minor after the newest is not."""
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    (requirement,) = [
+        Requirement(line)
+        for line in project["project"]["dependencies"]
+        if Requirement(line).name == "transformers"
+    ]
+    for release in CHECKED_TRANSFORMERS_VERSIONS:
+        assert requirement.specifier.contains(f"{release}.0"), (requirement, release)
+    major, minor = max(tuple(map(int, r.split("."))) for r in CHECKED_TRANSFORMERS_VERSIONS)
+    assert not requirement.specifier.contains(f"{major}.{minor + 1}.0"), requirement
 
 
 def tiny_bert() -> nn.Module:

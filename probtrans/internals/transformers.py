@@ -33,7 +33,7 @@ from torch import nn
 
 #: the ``transformers`` releases (major.minor) whose source the functions below were checked
 #: against
-CHECKED_TRANSFORMERS_VERSIONS = ("5.24",)
+CHECKED_TRANSFORMERS_VERSIONS = ("5.24", "5.25")
 
 
 def attention_implementation(config: Any) -> str:
