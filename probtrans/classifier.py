@@ -363,9 +363,10 @@ class BackboneClassifier(PyroClassifier, DeepPyroModule):
         self.image = image
         self.pooling = net.pooling
         if net.pooling == "pooler" and getattr(backbone, "pooler", None) is None:
+            instead = "'last' or 'mean'" if attends_causally(backbone) else "'mean' or 'cls'"
             raise ConfigError(
                 f"model.pooling = 'pooler': model.backbone = {net.backbone!r} has no pooler "
-                f"layer; use 'mean' or 'cls'"
+                f"layer; use {instead}"
             )
         self.backbone = backbone
         self.drop = nn.Dropout(net.dropout)

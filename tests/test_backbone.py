@@ -1265,8 +1265,9 @@ def test_images_of_another_size_start_a_swap_and_sngp_resized(tmp_path, backbone
 
 def test_a_decoder_backbone_pools_its_last_real_token_and_its_first_is_refused(tmp_path):
     """GPT-2 attends causally: its first token sees no other, so ``cls`` pooling is refused
-    naming ``last``; ``last`` pools each text's last real token of the pretrained outputs (its
-    tokenizer has no padding token: it pads with its end-of-text token, masked out)."""
+    naming ``last`` (as is ``pooler``, which it lacks, without offering ``cls``); ``last``
+    pools each text's last real token of the pretrained outputs (its tokenizer has no padding
+    token: it pads with its end-of-text token, masked out)."""
     from probtrans.classifier import pooled
 
     folder = save_tiny_gpt2(tmp_path / "gpt2")
@@ -1276,6 +1277,10 @@ def test_a_decoder_backbone_pools_its_last_real_token_and_its_first_is_refused(t
     with pytest.raises(ConfigError, match=r"model.pooling = 'cls': .* attends causally.*'last'"):
         build_classifier(spec, data)
     assert data.tokenizer.padding["pad_token"] == "<|endoftext|>"
+    pooler = write_spec(tmp_path, folder, "pooling = 'pooler'\n[model.prior]\nweights = 'none'\n")
+    spec, _ = with_local_backbone(load_model_spec(pooler))
+    with pytest.raises(ConfigError, match=r"has no pooler layer; use 'last' or 'mean'$"):
+        build_classifier(spec, data)
     last = write_spec(tmp_path, folder, "pooling = 'last'\n[model.prior]\nweights = 'none'\n")
     spec, _ = with_local_backbone(load_model_spec(last))
     classifier = build_classifier(spec, data).eval()
