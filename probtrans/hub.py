@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import importlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,9 @@ from probtrans.internals.transformers import progress_bars_off
 from probtrans.storage.io import write_text
 
 HUB = "hf:"
+#: what a hub model id looks like (``bert-base-uncased``, ``owner/name``): a backbone written
+#: so, and no such folder, was meant as ``hf:ID``
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 #: a backbone shipped by an installed Python package: ``package:MODULE``, whose
 #: ``MODULE.get_model_path()`` returns the ``save_pretrained`` folder
 PACKAGE = "package:"
@@ -57,9 +61,14 @@ def backbone_folder(ref: str, base: Path | None, field: str = "model.backbone") 
         folder = base / folder
     if not (folder / "config.json").is_file():
         what = "no such folder" if not folder.exists() else "no config.json in it"
+        hint = (
+            f" (a hub model is named hf:{ref})"
+            if not folder.exists() and HUB_ID.fullmatch(ref)
+            else ""
+        )
         raise ConfigError(
             f"{field} = {ref!r}: {folder} is not a model saved by save_pretrained ({what}); "
-            f"give such a folder, a hub id hf:ID or package:MODULE"
+            f"give such a folder, a hub id hf:ID or package:MODULE{hint}"
         )
     return folder
 

@@ -318,6 +318,23 @@ def test_a_package_backbone_that_names_no_model_is_one_line_and_writes_nothing(
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(
+    "backbone, hint",
+    [
+        ("bert-base-uncased", "(a hub model is named hf:bert-base-uncased)"),
+        ("sentence-transformers/all-MiniLM-L6-v2", "named hf:sentence-transformers/all-MiniLM"),
+        ("models/../nowhere", None),  # a path: no hub hint
+    ],
+)
+def test_a_backbone_written_as_a_bare_hub_id_is_told_its_hf_prefix(tmp_path, backbone, hint):
+    from probtrans.hub import backbone_folder
+
+    with pytest.raises(ConfigError, match="no such folder") as raised:
+        backbone_folder(backbone, tmp_path)
+    message = str(raised.value)
+    assert (hint in message) if hint else "hf:" + backbone not in message
+
+
 # ------------------------------------------------------------------ stochastic attention
 
 
