@@ -150,6 +150,38 @@ def test_softmax_swapped_in_gives_the_pretrained_outputs(backbones, family, laye
     torch.testing.assert_close(given, expected, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["softmax", "sto", "h_sto", "sgpa", "gaussian_mixture"])
+def test_a_layer_swapped_into_a_bfloat16_model_computes_in_float32(backbones, kind):
+    """A model loaded in bfloat16 (``dtype=torch.bfloat16``) gets float32 layers: the block's
+    queries, keys and values (and SGPA's global keys, through the bfloat16 key map) are cast up
+    for them and their output back; softmax swapped in gives the bfloat16 model's own outputs
+    to its rounding."""
+    from transformers import AutoModel
+
+    folder = backbones["bert"]
+    reference = AutoModel.from_pretrained(folder, dtype=torch.bfloat16).eval()
+    swapped = AutoModel.from_pretrained(folder, dtype=torch.bfloat16).eval()
+    (block,) = swap_blocks(swapped, [-1], kind)
+    layer = block.module.attn
+    assert all(p.dtype == torch.float32 for p in layer.parameters())
+    seen = []
+    attend = layer.attend_projected
+
+    def recorded(q, k, v, key_mask, key_map):
+        seen.append((q.dtype, key_map(torch.randn(3, q.shape[1] * q.shape[-1])).dtype))
+        return attend(q, k, v, key_mask, key_map)
+
+    layer.attend_projected = recorded
+    inputs = model_inputs("bert", folder)
+    with torch.no_grad():
+        expected = reference(**inputs).last_hidden_state
+        given = swapped(**inputs).last_hidden_state
+    assert seen == [(torch.float32, torch.float32)]
+    assert given.dtype == torch.bfloat16 and torch.isfinite(given).all()
+    if kind == "softmax":
+        torch.testing.assert_close(given, expected, rtol=0, atol=0.05)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_gaussian_mixture_in_the_beta_to_zero_limit_gives_the_pretrained_outputs(backbones, family):
     folder = backbones[family]

@@ -41,6 +41,7 @@ from probtrans.internals.transformers import (
     register_attention,
     sdpa_attention,
 )
+from probtrans.runtime.precision import full_precision
 from probtrans.specs import Spec
 from probtrans.specs.attention import ATTENTION_OPTIONS, in_backbone
 
@@ -158,7 +159,10 @@ def probtrans_attention(
     scale = block_scale(scaling, query.shape[-1])
     if not math.isclose(scale, 1.0):
         query = query * scale
-    h = layer.attend_projected(query, key, value, key_padding(attention_mask), key_map(module))
+    block_dtype, dtype = query.dtype, layer_dtype(layer, query)  # a float32 layer in a bf16 model
+    query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
+    keys = CastMap(key_map(module), block_dtype, dtype)
+    h = layer.attend_projected(query, key, value, key_padding(attention_mask), keys).to(block_dtype)
     if h.shape != query.shape:  # sample dimensions: vectorised plates around the model
         raise ProbtransError(
             f"{getattr(layer, '_pyro_name', LAYER)}: a layer swapped into a Hugging Face block "
@@ -167,6 +171,28 @@ def probtrans_attention(
             f"block wants {tuple(query.shape)}; use parallel=False"
         )
     return h.transpose(1, 2).contiguous(), None
+
+
+def layer_dtype(layer: nn.Module, query: Tensor) -> torch.dtype:
+    """The dtype a swapped ``layer`` computes in: that of its parameters (float32 as built,
+    also inside a model loaded in bfloat16 or float16, whose queries are cast up to it), or, for
+    a layer without any, ``query``'s made :func:`~probtrans.runtime.precision.full_precision`."""
+    dtypes = [p.dtype for p in layer.parameters() if p.is_floating_point()]
+    return dtypes[0] if dtypes else full_precision(query).dtype
+
+
+class CastMap(nn.Module):
+    """A block's map ``inner`` (its key projection) read by a layer that computes in another
+    dtype: its input cast to the block's ``block_dtype``, its output to the layer's ``dtype``.
+    Not a submodule of the model: the block holds the map."""
+
+    def __init__(self, inner: nn.Module, block_dtype: torch.dtype, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.__dict__["inner"] = inner  # not registered: the block holds it
+        self.block_dtype, self.dtype = block_dtype, dtype
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.inner(x.to(self.block_dtype)).to(self.dtype)
 
 
 def block_scale(scaling: float | None, d_head: int) -> float:
