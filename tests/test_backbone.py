@@ -1114,6 +1114,25 @@ def test_a_frozen_backbone_trains_with_pyros_global_param_store_without_a_warnin
     pyro.clear_param_store()
 
 
+def test_activation_checkpointing_of_a_swapped_model_is_refused_in_training(backbones):
+    """Checkpointing reruns each block in the backward pass outside Pyro's handlers, where the
+    swapped layer draws again (torch's CheckpointError, or another draw's gradient): refused at
+    the forward that would train so, naming the switch; in eval mode, and once it is off, the
+    model runs."""
+    model = pretrained(backbones["bert"])
+    model.activation_checkpointing_enable()  # the same as gradient_checkpointing_enable()
+    encoder = probtrans.swap_attention(model, [-1], "h_sto")
+    inputs = model_inputs("bert", backbones["bert"])
+    encoder.train()
+    with pytest.raises(ProbtransError, match=r"activation checkpointing is on.*disable\(\)"):
+        encoder(**inputs)
+    encoder.eval()
+    assert torch.isfinite(encoder(**inputs).last_hidden_state).all()
+    model.activation_checkpointing_disable()
+    encoder.train()
+    encoder(**inputs).last_hidden_state.sum().backward()
+
+
 def test_a_swapped_layer_under_vectorised_plates_is_refused_in_one_line(backbones):
     """``Predictive(parallel=True)`` around a Hugging Face model with H-STO swapped in: one
     error naming the layer, the shapes and ``parallel=False``, not a shape error from inside

@@ -363,7 +363,11 @@ class PyroBackbone(DeepPyroModule):
     attention.self.attn.a_v``, prefixed by the attribute that holds it in your module). Under
     Pyro's global param store its trainable parameters are registered there as ``pyro.module``
     registers them, and its frozen ones are left out without a warning each
-    (:func:`~probtrans.internals.pyro.frozen_parameters_unwarned`)."""
+    (:func:`~probtrans.internals.pyro.frozen_parameters_unwarned`).
+
+    Activation (gradient) checkpointing is refused in training: it runs each block again in the
+    backward pass, outside Pyro's handlers, where a swapped layer would draw its attention anew
+    (``torch.utils.checkpoint`` stops at the mismatch, or the gradient is another draw's)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
@@ -371,6 +375,14 @@ class PyroBackbone(DeepPyroModule):
         self.attach_deep()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        checkpointing = getattr(self.model, "is_activation_checkpointing", False)
+        if checkpointing and self.model.training and torch.is_grad_enabled():
+            raise ProbtransError(
+                f"{type(self.model).__name__}: activation checkpointing is on (activation_ or "
+                f"gradient_checkpointing_enable()), which runs each block again in the backward "
+                f"pass, outside Pyro's handlers, where a probtrans layer would draw its attention "
+                f"anew; turn it off (model.activation_checkpointing_disable())"
+            )
         with frozen_parameters_unwarned():  # a frozen backbone under the global param store
             return self.model(*args, **kwargs)
 
