@@ -150,6 +150,47 @@ def test_softmax_swapped_in_gives_the_pretrained_outputs(backbones, family, laye
     torch.testing.assert_close(given, expected, rtol=0, atol=1e-5)
 
 
+def test_a_peft_lora_model_is_swapped_through_its_adapters(backbones):
+    """A ``peft`` LoRA model (its query, key and value maps adapted, B nonzero as after
+    training): its blocks are found through the adapters' base layers, softmax swapped in gives
+    the peft model's own outputs (the adapted projections), and SGPA's global keys go through
+    the adapted key map."""
+    from peft import LoraConfig, get_peft_model
+
+    def peft_model() -> torch.nn.Module:
+        torch.manual_seed(0)
+        config = LoraConfig(r=4, lora_alpha=8, target_modules=["query", "key", "value"])
+        model = get_peft_model(pretrained(backbones["bert"]), config).eval()
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                torch.nn.init.normal_(parameter, std=0.5)
+        return model
+
+    reference, swapped = peft_model(), peft_model()
+    blocks = swap_blocks(swapped, "all", "softmax")
+    assert [b.path for b in blocks] == [
+        f"base_model.model.encoder.layer.{i}.attention.self" for i in range(2)
+    ]
+    assert all(type(b.key_map).__name__ == "Linear" and b.key_map.lora_B for b in blocks)
+    inputs = model_inputs("bert", backbones["bert"])
+    with torch.no_grad():
+        expected = reference(**inputs).last_hidden_state
+        plain = reference.get_base_model()
+        with reference.disable_adapter():
+            untouched = plain(**inputs).last_hidden_state
+        given = swapped(**inputs).last_hidden_state
+    assert (expected - untouched).abs().max() > 1e-2  # the adapters change the outputs
+    torch.testing.assert_close(given, expected, rtol=0, atol=1e-5)
+    sgpa = peft_model()
+    (block,) = swap_blocks(sgpa, [-1], "sgpa")
+    with torch.no_grad():
+        adapted = block.module.attn.global_keys(block.key_map)
+        with sgpa.disable_adapter():
+            unadapted = block.module.attn.global_keys(block.key_map)
+        assert torch.isfinite(sgpa(**inputs).last_hidden_state).all()
+    assert (adapted - unadapted).abs().max() > 1e-3
+
+
 @pytest.mark.parametrize("kind", ["softmax", "sto", "h_sto", "sgpa", "gaussian_mixture"])
 def test_a_layer_swapped_into_a_bfloat16_model_computes_in_float32(backbones, kind):
     """A model loaded in bfloat16 (``dtype=torch.bfloat16``) gets float32 layers: the block's

@@ -56,9 +56,23 @@ class Family:
         projections are linear maps, or adapters of them), else None; of a fused family, the
         keys' part of the stacked map."""
         maps = [getattr(module, name, None) for name in self.projections]
-        if not all(isinstance(getattr(m, "base", m), nn.Linear) for m in maps):
+        if not all(adapted_linear(m) is not None for m in maps):
             return None
         return maps[1] if len(maps) == 3 else StackedPart(maps[0], 1, 3)
+
+
+#: the attribute under which an adapter keeps the linear map it adapts: probtrans's
+#: :class:`~probtrans.backbone.lora.LoRALinear` (``base``), ``peft``'s LoRA layers (``base_layer``)
+ADAPTED = ("base", "base_layer")
+
+
+def adapted_linear(module: nn.Module | None) -> nn.Linear | None:
+    """The ``nn.Linear`` that ``module`` is, or that it adapts (:data:`ADAPTED`: a LoRA layer of
+    probtrans or of ``peft`` around it); None for any other module."""
+    if isinstance(module, nn.Linear):
+        return module
+    inner = [getattr(module, name, None) for name in ADAPTED]
+    return next((m for m in inner if isinstance(m, nn.Linear)), None)
 
 
 class StackedPart(nn.Module):
@@ -70,7 +84,7 @@ class StackedPart(nn.Module):
         super().__init__()
         self.__dict__["stacked"] = stacked  # not registered: the model holds it
         self.index, self.parts = index, parts
-        self.out_features = getattr(stacked, "base", stacked).out_features // parts
+        self.out_features = adapted_linear(stacked).out_features // parts
 
     def forward(self, x: Tensor) -> Tensor:
         return self.stacked(x).unflatten(-1, (self.parts, -1))[..., self.index, :]

@@ -32,7 +32,13 @@ from torch import Tensor, nn
 
 from probtrans.attention import ATTENTION
 from probtrans.attention.encoder import make_attention
-from probtrans.backbone.families import FAMILIES, attention_heads, module_family
+from probtrans.backbone.families import (
+    FAMILIES,
+    StackedPart,
+    adapted_linear,
+    attention_heads,
+    module_family,
+)
 from probtrans.errors import ConfigError, ProbtransError
 from probtrans.internals.pyro import DeepPyroModule, frozen_parameters_unwarned
 from probtrans.internals.transformers import (
@@ -72,13 +78,14 @@ class Block:
 
     @property
     def width(self) -> int:
-        return getattr(self.key_map, "base", self.key_map).out_features
+        if isinstance(self.key_map, StackedPart):  # the keys' part of a stacked map
+            return self.key_map.out_features
+        return adapted_linear(self.key_map).out_features
 
     @property
     def token_width(self) -> int:
         """The size of the tokens the block projects (its hidden size)."""
-        linear = getattr(self.key_map, "stacked", self.key_map)
-        return getattr(linear, "base", linear).in_features
+        return adapted_linear(getattr(self.key_map, "stacked", self.key_map)).in_features
 
 
 def key_map(module: nn.Module) -> nn.Module | None:
@@ -375,16 +382,18 @@ class PyroBackbone(DeepPyroModule):
         self.attach_deep()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        checkpointing = getattr(self.model, "is_activation_checkpointing", False)
-        if checkpointing and self.model.training and torch.is_grad_enabled():
-            raise ProbtransError(
-                f"{type(self.model).__name__}: activation checkpointing is on (activation_ or "
-                f"gradient_checkpointing_enable()), which runs each block again in the backward "
-                f"pass, outside Pyro's handlers, where a probtrans layer would draw its attention "
-                f"anew; turn it off (model.activation_checkpointing_disable())"
-            )
-        with frozen_parameters_unwarned():  # a frozen backbone under the global param store
-            return self.model(*args, **kwargs)
+        # a frozen backbone under the global param store: reading ``self.model`` registers it
+        with frozen_parameters_unwarned():
+            model = self.model
+            checkpointing = getattr(model, "is_activation_checkpointing", False)
+            if checkpointing and model.training and torch.is_grad_enabled():
+                raise ProbtransError(
+                    f"{type(model).__name__}: activation checkpointing is on (activation_ or "
+                    f"gradient_checkpointing_enable()), which runs each block again in the "
+                    f"backward pass, outside Pyro's handlers, where a probtrans layer would draw "
+                    f"its attention anew; turn it off (model.activation_checkpointing_disable())"
+                )
+            return model(*args, **kwargs)
 
 
 def swap_attention(
