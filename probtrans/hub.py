@@ -210,7 +210,9 @@ def backbone_tokenizer(folder: Path, field: str = "model.backbone") -> Tokenizer
     object a probtrans text bundle keeps, padding with the backbone's padding token. A
     tokenizer without one (GPT-2's, Llama's) pads with its end-of-text token, as ``transformers``
     users set ``pad_token = eos_token``: padding is masked out, and the token ends no text it
-    encodes (where it does, it could not tell padding from text, and is refused)."""
+    encodes (where it does, it could not tell padding from text, and is refused). A folder
+    without tokenizer files, for which ``transformers`` builds a tokenizer of special tokens
+    alone (every word unknown), is refused."""
     from transformers import AutoTokenizer
 
     try:
@@ -220,6 +222,14 @@ def backbone_tokenizer(folder: Path, field: str = "model.backbone") -> Tokenizer
     if not getattr(fast, "is_fast", False):
         raise ConfigError(
             f"{field}: {folder}: its tokenizer is not a fast tokenizer; probtrans needs one"
+        )
+    specials = set(fast.all_special_tokens)
+    if not set(fast.get_vocab()) - specials:  # transformers builds an empty one from the config
+        raise ConfigError(
+            f"{field}: {folder}: its tokenizer has no vocabulary beyond its {len(specials)} "
+            f"special tokens (the folder holds no tokenizer files, as a model saved without "
+            f"its tokenizer): every word would read as unknown; save the tokenizer there "
+            f"(tokenizer.save_pretrained) or name one with data.tokenizer"
         )
     pad_id, pad_token = fast.pad_token_id, fast.pad_token
     eos = fast.eos_token_id

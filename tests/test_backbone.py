@@ -391,6 +391,34 @@ def test_a_package_backbone_that_names_no_model_is_one_line_and_writes_nothing(
     assert not (tmp_path / "run").exists()
 
 
+def test_a_backbone_folder_without_its_tokenizer_is_one_line_and_writes_nothing(
+    tmp_path, backbones, capsys
+):
+    """A model saved without its tokenizer (``model.save_pretrained`` alone): ``transformers``
+    builds a tokenizer of special tokens alone from its config, which reads every word as
+    unknown; refused, naming the field, instead of a fit on unknown tokens. The same folder
+    with a tokenizer named by ``data.tokenizer`` reads the texts."""
+    from probtrans.cli import main
+
+    folder = tmp_path / "model_only"
+    shutil.copytree(backbones["bert"], folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / name).unlink()
+    path = write_spec(tmp_path, folder)
+    assert main(["fit", str(path), "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "model.backbone" in err[0]
+    assert "no vocabulary beyond its 5 special tokens" in err[0]
+    assert not (tmp_path / "run").exists()
+    named = path.read_text().replace(
+        "max_len = 16", f'max_len = 16\ntokenizer = "{backbones["bert"]}"'
+    )
+    path.write_text(named)
+    spec = load_model_spec(path)
+    data = load_data(spec.data, spec_folder(spec))
+    assert (data.train.inputs[data.train.mask] > 4).float().mean() > 0.5  # words, not [UNK] (id 1)
+
+
 @pytest.mark.parametrize(
     "backbone, hint",
     [
