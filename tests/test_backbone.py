@@ -150,6 +150,32 @@ def test_softmax_swapped_in_gives_the_pretrained_outputs(backbones, family, laye
     torch.testing.assert_close(given, expected, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["h_sto", "sgpa", "gaussian_mixture"])
+def test_a_swapped_models_state_dict_loads_into_the_same_swap(backbones, kind):
+    """The README's way to keep a swapped model: its ``state_dict`` (pretrained weights and the
+    swapped layers' own parameters) loads, every key matched, into a fresh model swapped the
+    same way; the unswapped model refuses it, naming the swapped layers' keys."""
+
+    def swapped() -> torch.nn.Module:
+        model = pretrained(backbones["bert"])
+        probtrans.swap_attention(model, layers=[-1], attention=kind)
+        return model
+
+    trained = swapped()
+    with torch.no_grad():
+        for parameter in trained.parameters():
+            parameter.add_(0.01)
+    state = trained.state_dict()
+    own = [key for key in state if ".attention.self.attn." in key]
+    assert own  # the swapped layer's parameters are in it
+    fresh = swapped()
+    fresh.load_state_dict(state)  # strict: raises on a missing or unexpected key
+    for key, value in fresh.state_dict().items():
+        assert torch.equal(value, state[key]), key
+    with pytest.raises(RuntimeError, match=re.escape(own[0])):
+        pretrained(backbones["bert"]).load_state_dict(state)
+
+
 def test_a_peft_lora_model_is_swapped_through_its_adapters(backbones):
     """A ``peft`` LoRA model (its query, key and value maps adapted, B nonzero as after
     training): its blocks are found through the adapters' base layers, softmax swapped in gives
