@@ -1297,6 +1297,14 @@ def _(w: Workspace) -> Expect:
     return Expect(w.fit(model), (str(model), "model.backbone", str(folder), "no such folder"))
 
 
+for field, value in [("vocab_size", "500"), ("min_freq", "3")]:
+    backbone_case(
+        f"{field} with its pretrained tokenizer",
+        "",
+        f"data.{field} = {value}",
+        "does not apply to a pretrained tokenizer",
+        **{field: value},
+    )
 backbone_case(
     "swap index out of range",
     "[model.swap]\nlayers = [5]\n",

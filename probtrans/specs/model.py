@@ -95,7 +95,8 @@ class DataSpec(Spec):
     tokenizer: str | None = Field(None, min_length=1)
     """Text: a pretrained Hugging Face tokenizer, a folder written by ``save_pretrained`` or
     ``hf:ID``, instead of a word-level one learned on the training split (``vocab_size`` and
-    ``min_freq`` then do not apply). A ``model.backbone`` sets it to its own."""
+    ``min_freq`` do not apply to it: either set beside it is refused). A ``model.backbone`` sets
+    it to its own."""
 
     def in_words(self) -> str:
         """The data for a figure's title: the registered data set's name, or your training
@@ -122,6 +123,16 @@ class DataSpec(Spec):
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise rule("ood", repeated, "names each set once")
+        if self.tokenizer is not None:  # given, or a model.backbone's (probtrans.resolve)
+            for name in ("vocab_size", "min_freq"):
+                value = getattr(self, name)
+                if value != type(self).model_fields[name].default:
+                    raise rule(
+                        name,
+                        value,
+                        "does not apply to a pretrained tokenizer (data.tokenizer, or the "
+                        "model.backbone's own), which keeps its vocabulary; remove it",
+                    )
         return self
 
 
