@@ -608,6 +608,34 @@ def test_describe_lists_the_adapter_sites_and_the_head(tmp_path, backbones):
     assert rows[f"{TOP}.value.lora_b"]["event_shape"] == str((32, 2))  # (d_out, r)
 
 
+FROZEN = "the backbone is frozen: model.train_backbone = true fine-tunes its weights at this rate"
+
+
+@pytest.mark.parametrize(
+    "tables, why",
+    [
+        (LORA, FROZEN),
+        (None, "the model has no pretrained backbone"),
+        (f"train_backbone = true\n{LORA}", None),
+    ],
+    ids=["lora_frozen", "no_backbone", "lora_trained"],
+)
+def test_a_backbone_lr_that_applies_to_no_weight_is_noted(tmp_path, backbones, capsys, tables, why):
+    """``optim.backbone_lr`` on a frozen backbone (Bayesian LoRA's default), or on a network
+    trained here (``tables`` None: no backbone), sets the rate of no parameter: fit says so and
+    why; where the backbone trains, nothing is said."""
+    path = write_spec(tmp_path, backbones["bert"], tables or "")
+    if tables is None:
+        path.write_text(path.read_text().split("[model]")[0])
+    inference = tiny_inference(tmp_path / "inference", "map")
+    text = inference.read_text().replace("[optim]\n", "[optim]\nbackbone_lr = 5e-5\n")
+    inference.write_text(text)
+    probtrans.fit(path, inference, out=tmp_path / "run", epochs=1, progress=False)
+    notes = [line for line in capsys.readouterr().err.splitlines() if "backbone_lr" in line]
+    expected = f"note: optim.backbone_lr = 5e-05 applies to no weight here ({why})"
+    assert notes == ([expected] if why else [])
+
+
 @pytest.mark.parametrize("family", TEXT_FAMILIES)
 def test_all_linear_adapts_every_linear_map_of_any_family(backbones, family):
     from probtrans.backbone.lora import LoRALinear, add_lora

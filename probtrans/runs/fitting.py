@@ -23,7 +23,7 @@ from typing import Any
 
 import pyro
 
-from probtrans.classifier import build_classifier
+from probtrans.classifier import BackboneClassifier, PyroClassifier, build_classifier
 from probtrans.data import DataBundle, load_data
 from probtrans.errors import ConfigError, ProbtransError, in_file
 from probtrans.hub import Backbone, keep_backbone
@@ -243,8 +243,10 @@ def fit(
     with in_file(inference_spec.file):
         check_posthoc(classifier, inference_spec.predictive)
         check_knn_neighbours(inference_spec.predictive, data)
-    if processes.is_main and (note := cut_texts_note(data)):
-        print(f"note: {note}", file=sys.stderr)
+    if processes.is_main:
+        for note in (cut_texts_note(data), unused_backbone_lr_note(inference_spec, classifier)):
+            if note:
+                print(f"note: {note}", file=sys.stderr)
     run = Run(model_spec, inference_spec, data, classifier, None, out_dir)
     run.guide_name = origin.get("guide_label", "")
     staging = staging_folder(out_dir)
@@ -307,6 +309,21 @@ def cut_texts_note(data: DataBundle) -> str | None:
         f"fill all data.max_len = {max_len} tokens; those longer are cut to them (a larger "
         f"max_len reads more of each, at more cost per step)"
     )
+
+
+def unused_backbone_lr_note(spec: InferenceSpec, classifier: PyroClassifier) -> str | None:
+    """Where ``optim.backbone_lr`` is set and no pretrained weight trains (a frozen backbone,
+    or none), the rate applies to nothing: say so (an inference spec is shared between model
+    specs, so it is not refused); None otherwise."""
+    rate = spec.optim.backbone_lr
+    if rate is None or classifier.pretrained_parameters():
+        return None
+    why = (
+        "the backbone is frozen: model.train_backbone = true fine-tunes its weights at this rate"
+        if isinstance(classifier, BackboneClassifier)
+        else "the model has no pretrained backbone"
+    )
+    return f"optim.backbone_lr = {rate:g} applies to no weight here ({why})"
 
 
 def check_knn_neighbours(spec: PredictiveSpec, data: DataBundle) -> None:
