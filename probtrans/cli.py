@@ -201,16 +201,37 @@ def cmd_predict(args: argparse.Namespace) -> int:
             f"or pass --force to replace it"
         )
     run = load_run(args.run_dir, args.device)
-    table, count = predicted_table(run, args)
+    table, count, cut = predicted_table(run, args)
     write_predictions(table, out)
     if out is not None and not args.quiet:
         print(f"wrote {count} predictions of {args.run_dir} to {out}")
+    if cut:
+        max_len = run.data.tokenizer.truncation["max_length"]
+        print(
+            f"note: {args.input}: {cut:,} of {count:,} texts ({100 * cut / count:.1f} %) fill "
+            f"all data.max_len = {max_len} tokens of the run; those longer were predicted from "
+            f"their first {max_len} tokens",
+            file=sys.stderr,
+        )
     return 0
 
 
-def predicted_table(run: Run, args: argparse.Namespace) -> tuple[Iterator[dict[str, Any]], int]:
+def texts_filling_max_len(run: Run, texts: list[str]) -> int:
+    """How many of ``texts`` fill every token that the run's tokenizer keeps (``data.max_len``):
+    those longer are cut to them, without a word from the tokenizer."""
+    truncation = run.data.tokenizer.truncation
+    if truncation is None or not len(texts):
+        return 0
+    _, mask = run.data.encode(list(texts))
+    return int((mask.sum(1) >= truncation["max_length"]).sum())
+
+
+def predicted_table(
+    run: Run, args: argparse.Namespace
+) -> tuple[Iterator[dict[str, Any]], int, int]:
     """``predict``'s output a chunk of rows at a time, each row's input first (``text``, as
-    Python strings; ``row``, an image's position), and the number of inputs. A text file
+    Python strings; ``row``, an image's position), the number of inputs, and how many texts fill
+    all ``data.max_len`` tokens (:func:`texts_filling_max_len`; 0 for images). A text file
     without ``--labels`` is read a chunk at a time, after a first pass that checks every row
     (:func:`~probtrans.data.files.input_text_chunks`); other inputs are read whole."""
     import numpy as np
@@ -230,7 +251,9 @@ def predicted_table(run: Run, args: argparse.Namespace) -> tuple[Iterator[dict[s
 
         first = parts()
         if first is not None:
-            count = sum(len(part) for part in first)  # every row checked before any is predicted
+            count = cut = 0  # every row checked before any is predicted
+            for part in first:
+                count, cut = count + len(part), cut + texts_filling_max_len(run, part)
             current: list[list[str]] = []
 
             def remembered() -> Iterator[list[str]]:  # each part, kept for its output rows
@@ -240,7 +263,7 @@ def predicted_table(run: Run, args: argparse.Namespace) -> tuple[Iterator[dict[s
 
             chunks = run.predict_chunks(remembered(), **options)
             table = ({"text": np.array(current[0], dtype=object), **c} for c in chunks)
-            return table, count
+            return table, count, cut
     read = read_inputs(
         args.input,
         "text" if texts else "image",
@@ -274,7 +297,8 @@ def predicted_table(run: Run, args: argparse.Namespace) -> tuple[Iterator[dict[s
             yield {**first, **columns}
             start = end
 
-    return with_inputs(), len(read)
+    cut = texts_filling_max_len(run, read.values) if texts else 0
+    return with_inputs(), len(read), cut
 
 
 def cmd_describe(args: argparse.Namespace) -> int:

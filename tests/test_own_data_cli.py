@@ -193,6 +193,34 @@ def test_predict_reads_and_writes_a_text_file_a_chunk_at_a_time(project, tmp_pat
     assert not (tmp_path / "no.csv").exists()
 
 
+def test_predict_notes_the_texts_cut_at_the_runs_max_len(project, tmp_path, monkeypatch, capsys):
+    """A text longer than the run's ``data.max_len`` (16) is predicted from its first 16 tokens:
+    predict says how many inputs fill all of them, read a chunk at a time or whole
+    (``--labels``), even with ``--quiet``; inputs that fit get no note."""
+    import probtrans.runs.run
+
+    _, inputs, run = project
+    monkeypatch.setattr(probtrans.runs.run, "PREDICT_CHUNK_ROWS", 2)
+    rows = sentences(5, 4)
+    rows[1] = (" ".join(["the movie was really good"] * 4), "pos")  # 20 words
+    rows[4] = (" ".join(["very"] * 16), "neg")  # exactly 16: fills them all
+    long = inputs / "long.tsv"
+    write_tsv(long, rows)
+    expected = (
+        f"note: {long}: 2 of 5 texts (40.0 %) fill all data.max_len = 16 tokens of the run; "
+        f"those longer were predicted from their first 16 tokens"
+    )
+    for labels in ([], ["--labels"]):
+        out = tmp_path / f"long{len(labels)}.csv"
+        assert main(["predict", str(run), str(long), "--out", str(out), "--quiet", *labels]) == 0
+        assert capsys.readouterr().err.strip().splitlines() == [expected]
+    out = tmp_path / "short.csv"
+    assert (
+        main(["predict", str(run), str(inputs / "reviews.tsv"), "--out", str(out), "--quiet"]) == 0
+    )
+    assert "max_len" not in capsys.readouterr().err
+
+
 def test_a_copied_run_answers_without_its_data_or_cache(project, tmp_path, monkeypatch, capsys):
     spec_dir, inputs, run = project
     reviews = str(inputs / "reviews.tsv")
