@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -219,6 +220,19 @@ def test_predict_notes_the_texts_cut_at_the_runs_max_len(project, tmp_path, monk
         main(["predict", str(run), str(inputs / "reviews.tsv"), "--out", str(out), "--quiet"]) == 0
     )
     assert "max_len" not in capsys.readouterr().err
+
+
+def test_a_malformed_input_to_predict_is_one_line_on_the_standard_error(project, tmp_path):
+    """``probtrans predict`` in a process of its own on a CSV with a ragged row: exit 2 and the
+    one ``error:`` line naming the file and line, nothing else on the standard error
+    (``datasets`` logged its streamed read's failure there too)."""
+    _, _, run = project
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text("text\nthe plot was fine\nthe plot, again\n")
+    argv = [sys.executable, "-m", "probtrans", "predict", str(run), str(ragged), "--quiet"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"error: {ragged}:3: 2 fields where the header has 1"]
 
 
 def test_a_copied_run_answers_without_its_data_or_cache(project, tmp_path, monkeypatch, capsys):

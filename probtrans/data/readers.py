@@ -182,7 +182,12 @@ def streamed_column(
         dataset = datasets.load_dataset(
             builder, data_files=str(path.resolve()), split="train", streaming=True, **options
         )
-    for batch in dataset.iter(batch_size=rows):
+    batches = dataset.iter(batch_size=rows)
+    while True:
+        with quiet_datasets():  # a streamed read fails here, not at load_dataset
+            batch = next(batches, None)
+        if batch is None:
+            return
         yield batch[column]
 
 
