@@ -219,11 +219,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def texts_filling_max_len(run: Run, texts: list[str]) -> int:
     """How many of ``texts`` fill every token that the run's tokenizer keeps (``data.max_len``):
     those longer are cut to them, without a word from the tokenizer."""
+    from probtrans.data.tokenizer import filling_max_len
+
     truncation = run.data.tokenizer.truncation
     if truncation is None or not len(texts):
         return 0
     _, mask = run.data.encode(list(texts))
-    return int((mask.sum(1) >= truncation["max_length"]).sum())
+    return filling_max_len(mask, truncation["max_length"])
 
 
 def predicted_table(

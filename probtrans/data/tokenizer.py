@@ -57,6 +57,12 @@ def train_tokenizer(texts: list[str], spec: DataSpec, strip_html: bool) -> Token
     return tokenizer
 
 
+def filling_max_len(mask: torch.Tensor, max_len: int) -> int:
+    """How many rows of a token mask (N, L) fill all ``max_len`` tokens: the texts the
+    tokenizer cut to them (without a word), and any exactly that long."""
+    return int((mask.sum(1) >= max_len).sum())
+
+
 def encode(tokenizer: Tokenizer, texts: list[str]) -> torch.Tensor:
     """Token ids (N, L) of ``texts``, L the longest (truncated) sequence, padded with
     :func:`pad_id`."""

@@ -25,6 +25,7 @@ import pyro
 
 from probtrans.classifier import BackboneClassifier, PyroClassifier, build_classifier
 from probtrans.data import DataBundle, load_data
+from probtrans.data.tokenizer import filling_max_len
 from probtrans.errors import ConfigError, ProbtransError, in_file
 from probtrans.hub import Backbone, keep_backbone
 from probtrans.inference.guide_builder import GuideChoice
@@ -300,12 +301,11 @@ def cut_texts_note(data: DataBundle) -> str | None:
     max_len = data.description.get("max_len")
     if data.kind != "tokens" or data.train.mask is None or not isinstance(max_len, int):
         return None
-    lengths = data.train.mask.sum(1)
-    full = int((lengths >= max_len).sum())
+    full, rows = filling_max_len(data.train.mask, max_len), len(data.train.mask)
     if not full:
         return None
     return (
-        f"data: {full:,} of {len(lengths):,} training texts ({100 * full / len(lengths):.1f} %) "
+        f"data: {full:,} of {rows:,} training texts ({100 * full / rows:.1f} %) "
         f"fill all data.max_len = {max_len} tokens; those longer are cut to them (a larger "
         f"max_len reads more of each, at more cost per step)"
     )
