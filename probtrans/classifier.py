@@ -15,6 +15,7 @@ per-data-set objective with the likelihood scaled by N / B.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -42,6 +43,7 @@ from probtrans.backbone.swap import (
 )
 from probtrans.contract import outputs_recorded
 from probtrans.data import DataBundle
+from probtrans.data.tokenizer import pair_segments, segment_ids
 from probtrans.errors import ConfigError, ProbtransError
 from probtrans.gp.sngp import RandomFeatures, median_distance, spectral_normalise
 from probtrans.hub import Backbone, first_line, load_backbone, resolve_backbone
@@ -356,11 +358,22 @@ class BackboneClassifier(PyroClassifier, DeepPyroModule):
         backbone: the ``transformers`` model without a task head (``AutoModel``).
         n_classes: number of classes C.
         image: whether its inputs are images (``pixel_values``) rather than token ids.
+        separator: for pairs of texts and a backbone that takes segment ids, the token id
+            after whose first occurrence the second text's segment starts
+            (:func:`segment_separator`).
     """
 
-    def __init__(self, net: NetworkSpec, backbone: nn.Module, n_classes: int, image: bool) -> None:
+    def __init__(
+        self,
+        net: NetworkSpec,
+        backbone: nn.Module,
+        n_classes: int,
+        image: bool,
+        separator: int | None = None,
+    ) -> None:
         super().__init__()
         self.image = image
+        self.separator = separator  # pairs of texts: the token after which segment 1 starts
         self.pooling = net.pooling
         if net.pooling == "pooler" and getattr(backbone, "pooler", None) is None:
             instead = "'last' or 'mean'" if attends_causally(backbone) else "'mean' or 'cls'"
@@ -439,19 +452,27 @@ class BackboneClassifier(PyroClassifier, DeepPyroModule):
         """inputs: images (B, C, H, W), resized (bilinear) to the backbone's image size, or
         token ids (B, L); mask: (B, L) bool, True for real tokens → the pooled representation
         (B, hidden size)."""
-        given = backbone_inputs(self.backbone, self.image, inputs, mask)
+        given = backbone_inputs(self.backbone, self.image, inputs, mask, self.separator)
         output = self.backbone(**given)
         return self.drop(backbone_pooled(output, given.get("attention_mask"), self.pooling))
 
 
 def backbone_inputs(
-    backbone: nn.Module, image: bool, inputs: Tensor, mask: Tensor | None
+    backbone: nn.Module,
+    image: bool,
+    inputs: Tensor,
+    mask: Tensor | None,
+    separator: int | None = None,
 ) -> dict[str, Tensor]:
     """The keyword inputs of a Hugging Face ``backbone``: images (B, C, H, W) or (B, H, W) as
     ``pixel_values``, resized (bilinear) to its image size; token ids (B, L) with their
-    ``attention_mask`` (B, L)."""
+    ``attention_mask`` (B, L) and, given the ``separator`` of pairs of texts, their
+    ``token_type_ids`` (B, L) (:func:`~probtrans.data.tokenizer.segment_ids`)."""
     if not image:
-        return {"input_ids": inputs, "attention_mask": mask}
+        given = {"input_ids": inputs, "attention_mask": mask}
+        if separator is not None:
+            given["token_type_ids"] = segment_ids(inputs, separator)
+        return given
     inputs = inputs.unsqueeze(1) if inputs.dim() == 3 else inputs  # one channel
     size = backbone.config.image_size
     size = (size, size) if isinstance(size, int) else tuple(size)
@@ -548,13 +569,14 @@ def build_backbone_classifier(
     check_backbone_data(resolved.config, spec, data)
     backbone = load_backbone(resolved)
     net, image = spec.network, data.kind == "image"
+    separator = segment_separator(backbone, data)
     if resolved.pretrained and len(data.train):
         check_backbone_runs(backbone, image, data, resolved.ref)
     measured = net.head.kind == "random_features" and net.head.lengthscale is None
     start = {}
     if resolved.pretrained and (net.swap is not None or measured) and len(data.train):
         _, inputs, mask, _ = data.train.batch(torch.randperm(len(data.train))[:START_EXAMPLES])
-        start = backbone_inputs(backbone, image, inputs, mask)
+        start = backbone_inputs(backbone, image, inputs, mask, separator)
     lengthscale = None
     if measured and start:  # SNGP's ℓ at the scale of the pretrained features
         features = pretrained_features(backbone, start, net.pooling)  # (N, D)
@@ -568,7 +590,7 @@ def build_backbone_classifier(
                 f"examples of {data.name} is {lengthscale}; the median heuristic needs two "
                 f"examples whose features differ: set model.head.lengthscale"
             )
-    classifier = BackboneClassifier(net, backbone, data.n_classes, image)
+    classifier = BackboneClassifier(net, backbone, data.n_classes, image, separator)
     if lengthscale is not None:
         classifier.feature_map.lengthscale.fill_(lengthscale)
     if net.swap is not None and start:
@@ -580,14 +602,28 @@ def build_backbone_classifier(
 PROBE_EXAMPLES = 2
 
 
+def segment_separator(backbone: nn.Module, data: DataBundle) -> int | None:
+    """For ``data`` of pairs of texts and a ``backbone`` with segment embeddings (BERT's
+    ``token_type_ids``, of two segments or more), the separator token of the data's tokenizer
+    after which the second segment starts; else None (single texts, a backbone without segment
+    ids as RoBERTa's or DistilBERT's, a tokenizer whose pairs are one segment)."""
+    if not data.text_pairs or data.tokenizer is None:
+        return None
+    takes = "token_type_ids" in inspect.signature(backbone.forward).parameters
+    if not takes or getattr(backbone.config, "type_vocab_size", 0) < 2:
+        return None
+    return pair_segments(data.tokenizer)
+
+
 def check_backbone_runs(backbone: nn.Module, image: bool, data: DataBundle, ref: str) -> None:
     """Run the untouched pretrained ``backbone`` on the first training examples of ``data``
     before anything of probtrans is put in it: a model that fails on them (one that needs
     inputs probtrans does not give, as X-MOD's language) is one error naming it, before
     training rather than in its first step."""
     _, inputs, mask, _ = data.train.batch(torch.arange(min(PROBE_EXAMPLES, len(data.train))))
+    given = backbone_inputs(backbone, image, inputs, mask, segment_separator(backbone, data))
     try:
-        pretrained_features(backbone, backbone_inputs(backbone, image, inputs, mask), "mean")
+        pretrained_features(backbone, given, "mean")
     except ProbtransError:
         raise
     except Exception as err:  # the model's own code: its message says what it needs

@@ -231,16 +231,18 @@ def texts_filling_max_len(run: Run, texts: list[str]) -> int:
 def predicted_table(
     run: Run, args: argparse.Namespace
 ) -> tuple[Iterator[dict[str, Any]], int, int]:
-    """``predict``'s output a chunk of rows at a time, each row's input first (``text``, as
-    Python strings; ``row``, an image's position), the number of inputs, and how many texts fill
-    all ``data.max_len`` tokens (:func:`texts_filling_max_len`; 0 for images). A text file
-    without ``--labels`` is read a chunk at a time, after a first pass that checks every row
-    (:func:`~probtrans.data.files.input_text_chunks`); other inputs are read whole."""
+    """``predict``'s output a chunk of rows at a time, each row's input first (``text``, as Python
+    strings, and ``text_pair`` for pairs of texts; ``row``, an image's position), the number of
+    inputs, and how many texts fill all ``data.max_len`` tokens (:func:`texts_filling_max_len`; 0
+    for images). A text file without ``--labels`` is read a chunk at a time, after a first pass that
+    checks every row (:func:`~probtrans.data.files.input_text_chunks`); other inputs are read
+    whole."""
     import numpy as np
 
     import probtrans.runs.run as run_module
     from probtrans.data.file_bundle import label_indices
     from probtrans.data.files import input_text_chunks, read_inputs
+    from probtrans.runs.prediction import input_columns
 
     spec = run.model_spec.data
     texts = run.data.kind == "tokens"
@@ -249,7 +251,12 @@ def predicted_table(
     if texts and not args.labels:
 
         def parts() -> Iterator[list[str]] | None:
-            return input_text_chunks(args.input, rows, text_column=spec.text_column)
+            return input_text_chunks(
+                args.input,
+                rows,
+                text_column=spec.text_column,
+                text_pair_column=spec.text_pair_column,
+            )
 
         first = parts()
         if first is not None:
@@ -264,12 +271,13 @@ def predicted_table(
                     yield part
 
             chunks = run.predict_chunks(remembered(), **options)
-            table = ({"text": np.array(current[0], dtype=object), **c} for c in chunks)
+            table = ({**input_columns(current[0]), **c} for c in chunks)
             return table, count, cut
     read = read_inputs(
         args.input,
         "text" if texts else "image",
         text_column=spec.text_column,
+        text_pair_column=spec.text_pair_column,
         image_column=spec.image_column,
         label_column=spec.label_column if args.labels else None,
         declared=spec.labels or (),
@@ -293,7 +301,7 @@ def predicted_table(
         for columns in chunks:
             end = start + len(next(iter(columns.values())))
             if texts:
-                first = {"text": np.array(read.values[start:end], dtype=object)}
+                first = input_columns(read.values[start:end])
             else:
                 first = {"row": np.arange(start, end)}
             yield {**first, **columns}

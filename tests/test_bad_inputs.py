@@ -1365,6 +1365,24 @@ def _(w: Workspace) -> Expect:
     return Expect(w.fit(model), (str(model), *names))
 
 
+@case("spec/model: text_pair_column not in the file")
+def _(w: Workspace) -> Expect:
+    model = w.backbone_model(text_pair_column='"hypothesis"')  # train.csv: text, label
+    return Expect(w.fit(model), (str(w.root / "train.csv"), "no text column 'hypothesis'"))
+
+
+@case("spec/model: text pairs with a decoder's tokenizer")
+def _(w: Workspace) -> Expect:
+    from tests.tiny_backbones import save_tiny_gpt2
+
+    folder = save_tiny_gpt2(w.root / "gpt2")
+    rows = [f"text {i},other text {i},{'pos' if i % 2 else 'neg'}" for i in range(20)]
+    w.write("pairs.csv", ("text,text2,label\n" + "\n".join(rows) + "\n").encode())
+    model = w.backbone_model(backbone=str(folder), train='"pairs.csv"', text_pair_column='"text2"')
+    names = ("data.text_pair_column", "no special token between a pair's two texts")
+    return Expect(w.fit(model), (str(model), *names))
+
+
 @case("spec/model: first-token pooling of a causal backbone")
 def _(w: Workspace) -> Expect:
     from tests.tiny_backbones import save_tiny_gpt2

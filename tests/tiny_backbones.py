@@ -28,7 +28,8 @@ TINY_SIZES = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, in
 
 def tiny_tokenizer(texts: list[str] = TEXTS, pad_first: bool = True):
     """A fast WordPiece tokenizer (``PreTrainedTokenizerFast``) with [CLS] … [SEP] around each
-    text; [PAD] is id 0 unless ``pad_first`` is False (then id 1, as in RoBERTa)."""
+    text (a pair as BERT's: [CLS] a [SEP] b [SEP], segment 1 from b on); [PAD] is id 0 unless
+    ``pad_first`` is False (then id 1, as in RoBERTa)."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -45,6 +46,7 @@ def tiny_tokenizer(texts: list[str] = TEXTS, pad_first: bool = True):
     cls, sep = SPECIAL["cls"], SPECIAL["sep"]
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"{cls} $A {sep}",
+        pair=f"{cls} $A {sep} $B:1 {sep}:1",
         special_tokens=[(cls, tokenizer.token_to_id(cls)), (sep, tokenizer.token_to_id(sep))],
     )
     return PreTrainedTokenizerFast(

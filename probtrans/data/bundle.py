@@ -230,8 +230,9 @@ class DataBundle:
     """The splits of a task and what a model needs to know about its inputs.
 
     ``ood`` holds the named out-of-domain sets (possibly none), each scored against ``test``.
-    Text bundles keep the ``tokenizer`` learned on their training split; image bundles the
-    ``scaling`` of raw pixels. :meth:`encode` prepares new inputs with them."""
+    Text bundles keep the ``tokenizer`` learned on their training split (``text_pairs``: their
+    inputs are pairs of texts); image bundles the ``scaling`` of raw pixels. :meth:`encode`
+    prepares new inputs with them."""
 
     name: str
     train: DataSplit
@@ -245,6 +246,7 @@ class DataBundle:
     description: dict = field(default_factory=dict)
     tokenizer: Tokenizer | None = None
     scaling: ImageScaling = ImageScaling()
+    text_pairs: bool = False
 
     @property
     def n_classes(self) -> int:
@@ -253,17 +255,17 @@ class DataBundle:
     def encode(
         self, inputs: Sequence[str] | Any, what: str = "images"
     ) -> tuple[Tensor, Tensor | None]:
-        """New inputs as the model takes them: texts → (token ids (N, L) long, mask (N, L) bool)
-        with the bundle's tokenizer; raw images (N, C, H, W) or (N, H, W) → (images (N, C, H, W)
-        float32 scaled as the training images (:class:`ImageScaling`), None). Raises
-        ProbtransError naming ``what`` (the images' file) for inputs of the other kind, of
-        another shape or scale, or texts without a tokenizer."""
+        """New inputs as the model takes them: texts (``text_pairs``: pairs of texts, as tuples) →
+        (token ids (N, L) long, mask (N, L) bool) with the bundle's tokenizer; raw images (N, C, H,
+        W) or (N, H, W) → (images (N, C, H, W) float32 scaled as the training images
+        (:class:`ImageScaling`), None). Raises ProbtransError naming ``what`` (the images' file) for
+        inputs of the other kind, of another shape or scale, or texts without a tokenizer."""
         if self.kind == "tokens":
             if self.tokenizer is None:
                 raise ProbtransError(
                     f"{self.name}: given as token ids, it has no tokenizer to read texts"
                 )
-            return encoder(self.tokenizer)(inputs)
+            return encoder(self.tokenizer, self.text_pairs)(inputs)
         if isinstance(inputs, list | tuple) and inputs and isinstance(inputs[0], str):
             raise ProbtransError(f"{self.name}: an image data set; it cannot read texts")
         images = as_tensor(inputs, f"{what}")
@@ -447,6 +449,10 @@ class DataBundle:
     ) -> DataBundle:
         """A bundle of labelled texts in memory, each split a ``(texts, labels)`` pair.
 
+        Texts are strings, or for a sentence-pair task (entailment, paraphrase) pairs of
+        strings, ``(text, text_pair)`` tuples, encoded as the tokenizer's pair (every split, out-
+        of-domain sets and new inputs then pairs too).
+
         Labels are strings or integers. ``labels`` lists the classes in order: the label values
         themselves, or, for integer labels 0..C−1, the C class names. Without it, string labels
         give the sorted distinct values as classes and integer labels are the classes 0..C−1
@@ -477,7 +483,11 @@ class DataBundle:
         )
         given = {"train": train, "val": val, "test": test}
         pairs = {s: checked_pair(v, s, where) for s, v in given.items() if v is not None}
-        texts = {s: checked_texts(t, f"{where}: {s} texts") for s, (t, _) in pairs.items()}
+        texts = {"train": checked_texts(pairs["train"][0], f"{where}: train texts", pairs=None)}
+        text_pairs = isinstance(texts["train"][0], tuple)  # pairs of texts (checked: not empty)
+        for s, (t, _) in pairs.items():
+            if s != "train":
+                texts[s] = checked_texts(t, f"{where}: {s} texts", pairs=text_pairs)
         values = {s: checked_label_list(y, f"{where}: {s} labels") for s, (_, y) in pairs.items()}
         for s, t in texts.items():
             if len(t) != len(values[s]):
@@ -487,7 +497,7 @@ class DataBundle:
             ood_texts, ood_labels = (
                 checked_pair(value, s, where) if isinstance(value, tuple) else (value, None)
             )
-            texts[s] = checked_texts(ood_texts, f"{where}: {s} texts")
+            texts[s] = checked_texts(ood_texts, f"{where}: {s} texts", pairs=text_pairs)
             if ood_labels is not None:
                 values[s] = checked_label_list(ood_labels, f"{where}: {s} labels")
                 if len(values[s]) != len(texts[s]):
@@ -520,4 +530,5 @@ class DataBundle:
             vocab_size=tokenizer.get_vocab_size(),
             description=description,
             tokenizer=tokenizer,
+            text_pairs=text_pairs,
         )

@@ -21,7 +21,7 @@ from probtrans.data.readers import (
     numbered_lines,
     row_problems,
     rows_of,
-    streamed_column,
+    streamed_texts,
     unreadable,
 )
 from probtrans.data.rows import (
@@ -90,7 +90,7 @@ def delimited(delimiter: str, quoting: bool) -> tuple[Reader, TextStreamer]:
             header = next((fields for _, fields in _records(fh, dialect)), None)
         if header is None:
             raise ProbtransError(f"{path}: empty file (no header naming the columns)")
-        for column in (options.text_column, options.label_column):
+        for column in (*options.text_columns, options.label_column):
             places = [str(i + 1) for i, name in enumerate(header) if name == column]
             if column and len(places) > 1:  # which one is read would be a guess
                 raise ProbtransError(
@@ -169,9 +169,10 @@ def delimited(delimiter: str, quoting: bool) -> tuple[Reader, TextStreamer]:
         where = LineStarts(path, 0, lambda lines: starts(lines, options))
         try:
             header = header_of(path, options)
-            require_column(str(path), header, options.text_column, "text")
+            for column in options.text_columns:
+                require_column(str(path), header, column, "text")
             label = label_to_read(str(path), header, options)
-            columns = [options.text_column] + ([label] if label else [])
+            columns = [*options.text_columns] + ([label] if label else [])
             strings = {column: datasets.Value("string") for column in columns}
             names = {"column_names": header} if options.header is not None else {}
             dataset = load_table(  # "NA", "null"... are texts; an empty field is ""
@@ -204,12 +205,13 @@ def delimited(delimiter: str, quoting: bool) -> tuple[Reader, TextStreamer]:
                 for _ in csv.reader(fh, strict=True, **dialect):
                     pass
         names = {"column_names": header} if options.header is not None else {}
-        yield from streamed_column(
+        strings = {column: datasets.Value("string") for column in options.text_columns}
+        yield from streamed_texts(
             path,
             "csv",
-            options.text_column,
+            options.text_columns,
             rows,
-            features=datasets.Features({options.text_column: datasets.Value("string")}),
+            features=datasets.Features(strings),
             na_filter=False,
             **names,
             **dialect,

@@ -123,6 +123,7 @@ def load_ood_set(
     label_column = spec.label_column if ood.label_column is None else ood.label_column
     columns = {
         "text_column": ood.text_column or spec.text_column,
+        "text_pair_column": ood.text_pair_column or spec.text_pair_column,
         "image_column": ood.image_column or spec.image_column,
         "label_column": label_column or None,
     }
@@ -147,6 +148,7 @@ def load_ood_set(
 def _read(spec: DataSpec, source: Any, split: str, labels: bool | None) -> Rows:
     columns = {
         "text_column": spec.text_column,
+        "text_pair_column": spec.text_pair_column,
         "image_column": spec.image_column,
         "label_column": spec.label_column,
     }
@@ -161,8 +163,8 @@ def _read(spec: DataSpec, source: Any, split: str, labels: bool | None) -> Rows:
 
 
 def _columns(kind: str, columns: dict[str, str | None]) -> dict[str, str | None]:
-    unused = "image_column" if kind == "text" else "text_column"
-    return {key: value for key, value in columns.items() if key != unused}
+    unused = ("image_column",) if kind == "text" else ("text_column", "text_pair_column")
+    return {key: value for key, value in columns.items() if key not in unused}
 
 
 def label_indices(rows: Rows, bundle: DataBundle, spec: DataSpec, what: str) -> torch.Tensor:

@@ -51,7 +51,7 @@ from probtrans.data.rows import (
     reason,
     require_column,
     row_index,
-    text_problem,
+    texts_problem,
 )
 from probtrans.errors import ProbtransError
 from probtrans.hub import is_offline
@@ -170,7 +170,7 @@ def _checked(rows: Rows, options: ReadOptions, column: str | None) -> Rows:
         problems = [
             (row, problem)
             for row, text in enumerate(rows.values)
-            if (problem := text_problem(text, options.text_column))
+            if (problem := texts_problem(text, options))
         ]
     if rows.labels is not None:
         rows.labels, label_problems = checked_labels(
@@ -244,6 +244,7 @@ def read_texts(
     source: Source,
     *,
     text_column: str = "text",
+    text_pair_column: str | None = None,
     label_column: str | None = "label",
     split: str = "train",
     labels: bool | None = True,
@@ -251,7 +252,8 @@ def read_texts(
     header: tuple[str, ...] | None = None,
     declared: Sequence[Any] = (),
 ) -> Rows:
-    """The texts of ``source`` (a file, a saved folder or a hub dataset) and their labels.
+    """The texts of ``source`` (a file, a saved folder or a hub dataset) and their labels;
+    with ``text_pair_column``, each row's pair of texts (``text_column``'s, that column's).
 
     ``split`` is the split read from a folder or hub dataset when ``source`` names none.
     ``labels``: True, the ``label_column`` is required; None, read when present; False (or no
@@ -265,6 +267,7 @@ def read_texts(
     """
     options = ReadOptions(
         text_column=text_column,
+        pair_column=text_pair_column,
         label_column=label_column,
         labels=labels,
         classes=classes,
@@ -280,15 +283,15 @@ def read_texts(
 
 
 def input_text_chunks(
-    text: str, rows: int, *, text_column: str = "text"
-) -> Iterator[list[str]] | None:
+    text: str, rows: int, *, text_column: str = "text", text_pair_column: str | None = None
+) -> Iterator[list[str]] | Iterator[list[tuple[str, str]]] | None:
     """The texts of the ``probtrans predict`` input ``text``, at most ``rows`` at a time, each
-    checked as :func:`read_inputs` checks them and read as it is asked for, so that a file of
-    any size takes the memory of one chunk; iterate it twice to check every row before using
-    any. None for an input that is read whole: standard input, a Hugging Face dataset or
-    folder, a format without a streamer (:attr:`~probtrans.data.formats.Format.stream`). A
-    file with a problem is read whole where it is found, for :func:`read_inputs`' own message
-    (a ProbtransError naming the file and line)."""
+    checked as :func:`read_inputs` checks them and read as it is asked for, so that a file of any
+    size takes the memory of one chunk; iterate it twice to check every row before using any (pairs
+    of texts with ``text_pair_column``). None for an input that is read whole: standard input, a
+    Hugging Face dataset or folder, a format without a streamer
+    (:attr:`~probtrans.data.formats.Format.stream`). A file with a problem is read whole where it is
+    found, for :func:`read_inputs`' own message (a ProbtransError naming the file and line)."""
     if text.strip() == STDIN:
         return None
     source = parse_source(text)
@@ -297,25 +300,32 @@ def input_text_chunks(
     fmt = _file_format(source.path, "text", None)
     if fmt.stream is None:
         return None
-    return _checked_chunks(source, fmt.stream, ReadOptions(text_column=text_column), rows)
+    options = ReadOptions(text_column=text_column, pair_column=text_pair_column)
+    return _checked_chunks(source, fmt.stream, options, rows)
 
 
 def _checked_chunks(
     source: Source, stream: TextStreamer, options: ReadOptions, rows: int
-) -> Iterator[list[str]]:
+) -> Iterator[list[Any]]:
     """:func:`input_text_chunks` of a file of a format with a streamer."""
     assert source.path is not None
     read = 0
     try:
         for texts in stream(source.path, options, rows):
-            if any(text_problem(text, options.text_column) for text in texts):
+            if any(texts_problem(text, options) for text in texts):
                 raise ValueError(f"a malformed text after row {read}")
             yield texts
             read += len(texts)
         if read == 0:
             raise ValueError("no rows")
     except Exception as err:  # the problem in the reader's words, from the whole file
-        read_texts(source, text_column=options.text_column, label_column=None, labels=False)
+        read_texts(
+            source,
+            text_column=options.text_column,
+            text_pair_column=options.pair_column,
+            label_column=None,
+            labels=False,
+        )
         raise ProbtransError(f"{source.path}: cannot be read ({reason(err)})") from None
 
 
@@ -402,13 +412,14 @@ def read_inputs(
     kind: str,
     *,
     text_column: str = "text",
+    text_pair_column: str | None = None,
     image_column: str = "image",
     label_column: str | None = "label",
     declared: Sequence[Any] = (),
 ) -> Rows:
     """The inputs of ``probtrans predict``, of ``kind`` "text" or "image", with their labels
     when the source has a label column (``declared``: the run's ``data.labels``, see
-    :func:`read_texts`).
+    :func:`read_texts`; ``text_pair_column``: texts read as pairs).
 
     ``text``: ``-`` (texts only) reads standard input, one text per line; anything else is a
     source (:func:`parse_source`, relative to the working directory) read by :func:`read_texts`
@@ -433,11 +444,12 @@ def read_inputs(
             declared=declared,
         )
     if text.strip() == STDIN:
-        return read_lines(None)
+        return read_lines(None, ReadOptions(text_column=text_column, pair_column=text_pair_column))
     source = parse_source(text)
     return read_texts(
         source,
         text_column=text_column,
+        text_pair_column=text_pair_column,
         label_column=label_column,
         split="test",
         labels=None,

@@ -19,6 +19,7 @@ from sklearn.model_selection import train_test_split
 from torch import Tensor
 
 from probtrans.analysis.summary import is_ood_split, ood_sets
+from probtrans.data.rows import is_text_pair
 from probtrans.errors import ProbtransError
 from probtrans.specs.base import check_seed
 from probtrans.specs.model import SET_NAME_PATTERN
@@ -232,13 +233,30 @@ def split_description(source: str, splits: dict[str, Split], rows: dict, seed: i
     }
 
 
-def checked_texts(value: Any, what: str, empty_ok: bool = False) -> list[str]:
+def checked_texts(
+    value: Any, what: str, empty_ok: bool = False, pairs: bool | None = False
+) -> list[str] | list[tuple[str, str]]:
+    """The texts of ``value`` (``pairs``: pairs of texts, as tuples; None: pairs if the first
+    is one), each checked."""
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
         raise ProbtransError(f"{what}: must be a list of strings, got a {type(value).__name__}")
     texts = list(value)
+    if pairs is None:
+        pairs = bool(texts) and is_text_pair(texts[0])
     for i, text in enumerate(texts):
+        if pairs:
+            if not is_text_pair(text):
+                raise ProbtransError(
+                    f"{what}[{i}]: a {type(text).__name__}, not a pair of texts (the training "
+                    f"texts are pairs: give every text as a (text, text_pair) tuple)"
+                )
+            texts[i] = text = tuple(text)
+            if not all(part.strip() for part in text):
+                raise ProbtransError(f"{what}[{i}]: an empty text in the pair")
+            continue
         if not isinstance(text, str):
-            raise ProbtransError(f"{what}[{i}]: a {type(text).__name__}, not a string")
+            pair = " (the training texts are single strings)" if is_text_pair(text) else ""
+            raise ProbtransError(f"{what}[{i}]: a {type(text).__name__}, not a string{pair}")
         if not text.strip():
             raise ProbtransError(f"{what}[{i}]: empty text")
     if not texts and not empty_ok:

@@ -31,6 +31,7 @@ from probtrans.data.rows import (
     checked_label,
     label_to_read,
     listed,
+    paired,
     raise_problems,
     reason,
     require_column,
@@ -83,6 +84,7 @@ def read_lines(path: Path | None, options: ReadOptions | None = None) -> Rows:
     """One text per line of ``path`` (a ``.txt`` file), or of standard input when ``path`` is
     None; an empty line (but at the end) is an error, so that rows stay the input's lines."""
     name = "standard input" if path is None else str(path)
+    check_one_text_a_line(name, options)
     problems: list[tuple[int, str]] = []
     if path is None:
         try:
@@ -104,9 +106,20 @@ def read_lines(path: Path | None, options: ReadOptions | None = None) -> Rows:
     return Rows([line.rstrip("\r") for line in lines], None, None, lambda row: f"{name}:{row + 1}")
 
 
+def check_one_text_a_line(name: str, options: ReadOptions | None) -> None:
+    """Refuse a pair column for lines of text: a line holds one text."""
+    if options is not None and options.pair_column is not None:
+        raise ProbtransError(
+            f"{name}: one text per line, but this run reads pairs of texts (the columns "
+            f"{options.text_column!r} and {options.pair_column!r}): give a table (CSV, TSV, "
+            f"JSON Lines or Parquet) with both columns"
+        )
+
+
 def stream_lines(path: Path, options: ReadOptions, rows: int) -> Iterator[list[str]]:
     """The lines of a ``.txt`` file as :func:`read_lines` reads them, ``rows`` at a time (a
     line that is not UTF-8, or an empty line before a text, raises)."""
+    check_one_text_a_line(str(path), options)
     chunk: list[str] = []
     blank = 0  # empty lines held back: an error before a text, dropped at the end
     with open(path, "rb") as fh:
@@ -171,11 +184,12 @@ def load_table(path: Path, builder: str, **options: Any) -> Any:
         )
 
 
-def streamed_column(
-    path: Path, builder: str, column: str, rows: int, **options: Any
+def streamed_texts(
+    path: Path, builder: str, columns: tuple[str, ...], rows: int, **options: Any
 ) -> Iterator[list]:
-    """The ``column`` of a file through ``datasets``' ``builder`` in streaming mode (read as it
-    is iterated), ``rows`` values at a time; a KeyError for a file without the column."""
+    """The texts of ``columns`` of a file (one text column, or two read as pairs) through
+    ``datasets``' ``builder`` in streaming mode (read as it is iterated), ``rows`` values at a
+    time; a KeyError for a file without a column."""
     import datasets
 
     with quiet_datasets():
@@ -188,7 +202,7 @@ def streamed_column(
             batch = next(batches, None)
         if batch is None:
             return
-        yield batch[column]
+        yield list(paired([batch[column] for column in columns]))
 
 
 def rows_of(dataset: Any, name: str, options: ReadOptions, label: str | None, where) -> Rows:
@@ -196,15 +210,17 @@ def rows_of(dataset: Any, name: str, options: ReadOptions, label: str | None, wh
     if len(dataset) == 0:
         raise ProbtransError(f"{name}: no rows")
     labels = dataset[label] if label else None
-    texts = TextColumn(dataset.data.column(options.text_column))
-    texts.array.validate(full=True)  # bytes that are not UTF-8 raise here, as a read would
-    return Rows(texts, labels, class_names(dataset, label), where)
+    columns = [TextColumn(dataset.data.column(column)) for column in options.text_columns]
+    for texts in columns:
+        texts.array.validate(full=True)  # bytes that are not UTF-8 raise here, as a read would
+    return Rows(paired(columns), labels, class_names(dataset, label), where)
 
 
 def dataset_texts(dataset: Any, name: str, options: ReadOptions, where) -> Rows:
     """The texts and labels of a loaded ``datasets`` table (a file's, a saved folder's or a hub
     dataset's), its text column and, where required, its label column checked."""
-    require_column(name, dataset.column_names, options.text_column, "text")
+    for column in options.text_columns:
+        require_column(name, dataset.column_names, column, "text")
     label = label_to_read(name, dataset.column_names, options)
     return rows_of(dataset, name, options, label, where)
 
@@ -213,7 +229,7 @@ def dataset_texts(dataset: Any, name: str, options: ReadOptions, where) -> Rows:
 def row_problems(row: dict[str, Any], options: ReadOptions, label: str | None) -> list[str]:
     """The problems of one row of a file read by hand: its text, and its label when read
     (required, or the row has it)."""
-    problems = [text_problem(row.get(options.text_column), options.text_column)]
+    problems = [text_problem(row.get(column), column) for column in options.text_columns]
     if label and (options.labels is True or label in row):
         problems.append(checked_label(row.get(label), label, options.classes, options.declared)[1])
     return [problem for problem in problems if problem]
@@ -292,7 +308,7 @@ def read_json_lines(path: Path, options: ReadOptions) -> Rows:
 
 def stream_json_lines(path: Path, options: ReadOptions, rows: int) -> Iterator[list]:
     """The texts of a JSON Lines file (gunzipped for ``.gz``), ``rows`` at a time."""
-    return streamed_column(path, "json", options.text_column, rows)
+    return streamed_texts(path, "json", options.text_columns, rows)
 
 
 # ----------------------------------------------------------------------------- Parquet
@@ -307,7 +323,7 @@ def read_parquet(path: Path, options: ReadOptions) -> Rows:
 
 def stream_parquet(path: Path, options: ReadOptions, rows: int) -> Iterator[list]:
     """The texts of a Parquet table, ``rows`` at a time."""
-    return streamed_column(path, "parquet", options.text_column, rows)
+    return streamed_texts(path, "parquet", options.text_columns, rows)
 
 
 # ----------------------------------------------------------------------------- NPZ images

@@ -1,7 +1,8 @@
 """What a file reader is asked for (:class:`ReadOptions`) and returns (:class:`Rows`, the texts
-of a table as :class:`TextColumn`), and the checks every reader shares: a text
-(:func:`text_problem`), a label (:func:`checked_label`; "NaN", "N/A"... are missing values unless
-``data.labels`` declares them), a column (:func:`require_column`, :func:`label_to_read`), and
+of a table as :class:`TextColumn`, two columns of them as :class:`TextPairs`), and the checks
+every reader shares: a text (:func:`text_problem`; a row's texts: :func:`texts_problem`), a
+label (:func:`checked_label`; "NaN", "N/A"... are missing values unless ``data.labels``
+declares them), a column (:func:`require_column`, :func:`label_to_read`), and
 names read from a file as messages show them (:func:`shown`, :func:`listed`). Problems are raised
 in one line listing the first :data:`MAX_REPORTED` (:func:`raise_problems`).
 """
@@ -73,11 +74,64 @@ class TextColumn(Sequence[str]):
         return f"TextColumn({len(self)} texts)"
 
 
+class TextPairs(Sequence[tuple[str, str]]):
+    """The texts of two columns of a table read as pairs (a sentence-pair task's premise and
+    hypothesis, ``data.text_column`` and ``data.text_pair_column``): row K is the tuple of the
+    two columns' K-th texts, a slice a list of them. Equal to a list of the same tuples."""
+
+    def __init__(self, first: Sequence[str], second: Sequence[str]) -> None:
+        if len(first) != len(second):
+            raise ValueError(f"{len(first)} first texts but {len(second)} second texts")
+        self.first, self.second = first, second
+
+    def __len__(self) -> int:
+        return len(self.first)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[str, str]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[str, str]]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[str, str] | list[tuple[str, str]]:
+        if isinstance(index, slice):
+            return list(zip(self.first[index], self.second[index], strict=True))
+        return self.first[index], self.second[index]
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return zip(self.first, self.second, strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TextPairs | list):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking, as a list
+
+    def __repr__(self) -> str:
+        return f"TextPairs({len(self)} pairs of texts)"
+
+
+def is_text_pair(value: object) -> bool:
+    """Whether ``value`` is a pair of texts (a tuple or list of two strings)."""
+    return (
+        isinstance(value, tuple | list)
+        and len(value) == 2
+        and all(isinstance(text, str) for text in value)
+    )
+
+
+def paired(columns: Sequence[Sequence[Any]]) -> Sequence[Any]:
+    """The texts of one text column as they are, or of two as :class:`TextPairs`."""
+    return columns[0] if len(columns) == 1 else TextPairs(*columns)
+
+
 @dataclass
 class Rows:
     """The rows read from one source."""
 
-    values: Sequence[str] | np.ndarray  # texts, or images (N, C, H, W) in the source's dtype
+    #: texts (pairs of texts with a pair column), or images (N, C, H, W) in the source's dtype
+    values: Sequence[str] | Sequence[tuple[str, str]] | np.ndarray
     labels: list[int | str] | None  # raw label values, None when the source has no label column
     label_names: list[str] | None  # class names a datasets ClassLabel feature gives, else None
     where: Callable[[int], str]  # row number (0-based) → "FILE:LINE", "FILE: row K", ...
@@ -88,13 +142,15 @@ class Rows:
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """What a reader reads: the columns, whether labels are read (True: required; None: when
-    present; False or no ``label_column``: not read), the classes integer labels must lie in
-    (0..classes−1; None: any integer or string), for a header-less CSV/TSV file its column
-    names, and the labels declared as classes (``data.labels``: a declared ``"NaN"`` is a
-    class, not a missing value)."""
+    """What a reader reads: the columns (with ``pair_column``, each row's texts are a pair: that of
+    ``text_column`` and that of ``pair_column``), whether labels are read (True: required; None:
+    when present; False or no ``label_column``: not read), the classes integer labels must lie in
+    (0..classes−1; None: any integer or string), for a header-less CSV/TSV file its column names,
+    and the labels declared as classes (``data.labels``: a declared ``"NaN"`` is a class, not a
+    missing value)."""
 
     text_column: str = "text"
+    pair_column: str | None = None
     image_column: str = "image"
     label_column: str | None = "label"
     labels: bool | None = True
@@ -106,10 +162,16 @@ class ReadOptions:
     def read_labels(self) -> bool:
         return self.labels is not False and bool(self.label_column)
 
+    @property
+    def text_columns(self) -> tuple[str, ...]:
+        """The text column, and the pair column if there is one."""
+        return (self.text_column,) + ((self.pair_column,) if self.pair_column else ())
+
 
 Reader = Callable[[Path, ReadOptions], Rows]
-#: the texts of a file's text column, at most ``rows`` at a time, in order, read as they are
-#: asked for (never the whole file): ``probtrans predict`` on inputs larger than memory. It
+#: the texts of a file's text column (pairs of texts with a pair column), at most ``rows`` at
+#: a time, in order, read as they are asked for (never the whole file): ``probtrans predict``
+#: on inputs larger than memory. It
 #: checks nothing: on a file its format's reader refuses it may raise anything, or give
 #: texts the reader's checks refuse (the caller reads such a file whole, for the reader's
 #: message: :func:`probtrans.data.files.input_text_chunks`)
@@ -134,6 +196,15 @@ def text_problem(value: object, column: str) -> str | None:
     if not value.strip():
         return f"{column!r} is empty"
     return None
+
+
+def texts_problem(value: object, options: ReadOptions) -> str | None:
+    """Why ``value`` is not a row's input (a text, or with a pair column a pair of texts), or
+    None if it is one."""
+    if options.pair_column is None:
+        return text_problem(value, options.text_column)
+    first, second = value  # type: ignore[misc]  # a pair, as the readers give it
+    return text_problem(first, options.text_column) or text_problem(second, options.pair_column)
 
 
 def checked_label(

@@ -72,6 +72,8 @@ class SavedData(_Checked):
     image_shape: list[int] | None
     vocab_size: int | None
     tokenizer: bool
+    #: whether the texts are pairs (absent in runs written before pairs were read: single texts)
+    text_pairs: bool = False
     scaling: SavedScaling
     description: dict
     #: the SHA-256 of the checkpoint saved with them (absent in runs written before it was kept)
@@ -103,6 +105,7 @@ def save_bundle(
             "image_shape": list(bundle.image_shape) if bundle.image_shape else None,
             "vocab_size": bundle.vocab_size,
             "tokenizer": bundle.tokenizer is not None,  # token ids given as such have none
+            "text_pairs": bundle.text_pairs,
             "scaling": {
                 "eight_bit": scaling.eight_bit,
                 "mean": scaling.mean,
@@ -178,6 +181,7 @@ def load_saved_bundle(folder: Path, checkpoint: str | None) -> DataBundle | None
         description=info.description,
         tokenizer=tokenizer,
         scaling=scaling,
+        text_pairs=info.text_pairs,
     )
 
 

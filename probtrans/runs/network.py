@@ -10,6 +10,7 @@ from torch import nn
 
 from probtrans.classifier import Classifier
 from probtrans.data import DataBundle, DataSplit
+from probtrans.data.rows import is_text_pair
 from probtrans.data.tokenizer import pad_id
 from probtrans.errors import ProbtransError
 
@@ -18,14 +19,16 @@ def new_inputs(
     data: DataBundle, inputs: list[str] | torch.Tensor | np.ndarray, what: str = "inputs"
 ) -> DataSplit:
     """New ``inputs`` as an unlabelled split of ``data``'s kind, prepared as its training inputs
-    were: texts tokenised, token ids (N, L) with their padding mask, raw images (N, [C,] H, W)
-    scaled and checked (:meth:`~probtrans.data.DataBundle.encode`); errors name them as
-    ``what``."""
+    were: texts (or pairs of texts, as tuples) tokenised, token ids (N, L) with their padding mask,
+    raw images (N, [C,] H, W) scaled and checked (:meth:`~probtrans.data.DataBundle.encode`); errors
+    name them as ``what``."""
     if isinstance(inputs, str):
         raise ProbtransError(f"{what}: give a list of texts, not one string")
     if len(inputs) == 0:
         raise ProbtransError(f"{what}: nothing to predict")
-    texts = isinstance(inputs, list | tuple) and all(isinstance(x, str) for x in inputs)
+    texts = isinstance(inputs, list | tuple) and all(
+        isinstance(x, str) or is_text_pair(x) for x in inputs
+    )
     if texts or data.kind == "image":
         prepared, mask = data.encode(list(inputs) if texts else inputs, what)
         return DataSplit.unlabelled(prepared, mask)

@@ -19,8 +19,9 @@
 * ``label`` — with labels: the class name of the label, or "" where the label is −1 (no class).
 
 ``probtrans predict`` puts the input before them, so that each row reads against its input:
-``text`` (the text, as read) or, for images, ``row`` (0-based position in the input); it reads
-the input's labels only when asked (``--labels``).
+``text`` (the text, as read; pairs of texts: ``text`` and ``text_pair``, :func:`input_columns`)
+or, for images, ``row`` (0-based position in the input); it reads the input's labels only when
+asked (``--labels``).
 
 Entropies are in nats (natural logarithms), computed by :mod:`probtrans.analysis.metrics`.
 
@@ -32,7 +33,7 @@ Entropies are in nats (natural logarithms), computed by :mod:`probtrans.analysis
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,15 @@ SHOWN_CHARACTERS = 40  # of an input text in that table (files keep it whole)
 
 
 # ----------------------------------------------------------------------------- columns
+def input_columns(texts: Sequence[str] | Sequence[tuple[str, str]]) -> dict[str, np.ndarray]:
+    """The input columns of predicted texts: ``text``, and for pairs of texts ``text_pair``."""
+    texts = list(texts)
+    if texts and isinstance(texts[0], tuple):
+        first, second = zip(*texts, strict=True)
+        return {"text": np.array(first, dtype=object), "text_pair": np.array(second, dtype=object)}
+    return {"text": np.array(texts, dtype=object)}
+
+
 def prediction_columns(
     probs: np.ndarray,
     class_names: list[str],

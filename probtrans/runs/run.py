@@ -167,17 +167,17 @@ class Run(TemporaryFolder):
         adapt_online: bool = False,
     ) -> dict[str, np.ndarray]:
         """The posterior predictive on new ``inputs``: texts (a list of strings, tokenised as in
-        training), token ids (N, L) (0 = padding), raw images (N, C, H, W) or (N, H, W),
-        scaled as the training images were, or a split made by :meth:`as_split`. Returns
+        training; a run on pairs of texts takes ``(text, text_pair)`` tuples), token ids (N, L) (0 =
+        padding), raw images (N, C, H, W) or (N, H, W), scaled as the training images were, or a
+        split made by :meth:`as_split`. Returns
         :func:`probtrans.runs.prediction.prediction_columns`, one row per input, with the entropy
-        percentile among the run's validation examples (from its ``probs.npz``), the
-        feature-space scores where the run has them (:meth:`feature_scores`) with their
-        percentiles, and, given ``labels`` (N,) (classes, −1 for none), the label's class name;
-        the same numbers as ``probtrans predict``. ``adapt`` (``"em"``, ``"tent"`` or their
-        options; ``adapt_online``: Tent's state carried between batches) adapts the model to
-        each batch of ``inputs`` before predicting it (:mod:`probtrans.tta`); the
-        percentiles stay those of the run's unadapted validation predictive. Seeded by
-        ``seed``; the caller's random state is restored on return
+        percentile among the run's validation examples (from its ``probs.npz``), the feature-space
+        scores where the run has them (:meth:`feature_scores`) with their percentiles, and, given
+        ``labels`` (N,) (classes, −1 for none), the label's class name; the same numbers as
+        ``probtrans predict``. ``adapt`` (``"em"``, ``"tent"`` or their options; ``adapt_online``:
+        Tent's state carried between batches) adapts the model to each batch of ``inputs`` before
+        predicting it (:mod:`probtrans.tta`); the percentiles stay those of the run's unadapted
+        validation predictive. Seeded by ``seed``; the caller's random state is restored on return
         (:func:`~probtrans.runtime.caller_state.caller_random_state`). :meth:`predict_chunks` gives
         the same rows a chunk at a time."""
         chunks = self.predict_chunks(inputs, samples, seed, progress, labels, adapt, adapt_online)

@@ -38,6 +38,8 @@ class OodSetSpec(Spec):
     corrupted, :mod:`probtrans.data.corruptions`). Relative paths start at the spec's folder."""
     text_column: str | None = None
     """Default: ``data.text_column``."""
+    text_pair_column: str | None = Field(None, min_length=1)
+    """Default: ``data.text_pair_column`` (given only where the data are pairs of texts)."""
     image_column: str | None = None
     """Default: ``data.image_column``."""
     label_column: str | None = None
@@ -66,6 +68,11 @@ class DataSpec(Spec):
     test: str | None = None
     """Your files: else ``test_fraction`` of ``train`` (stratified, seeded by ``split_seed``)."""
     text_column: str = Field("text", min_length=1)
+    text_pair_column: str | None = Field(None, min_length=1)
+    """Your text files: a second text column, for a sentence-pair task (entailment, paraphrase):
+    each row's two texts are one input, encoded as the tokenizer's pair ([CLS] text [SEP] pair
+    [SEP] with BERT's, its segment ids given to a backbone that takes them; a [SEP] token
+    between them with a word-level one). Inputs to predict are then pairs too."""
     image_column: str = Field("image", min_length=1)
     label_column: str = Field("label", min_length=1)
     labels: list[str] | list[int] | None = None
@@ -118,6 +125,22 @@ class DataSpec(Spec):
         elif given or self.name == FILES:
             raise rule(
                 "train", None, f"is required with data.{given[0] if given else 'name = files'}"
+            )
+        if self.text_pair_column is not None:
+            if self.train is None or self.kind != "text":
+                raise rule(
+                    "text_pair_column",
+                    self.text_pair_column,
+                    "applies to your own text files (data.kind = 'text' with data.train)",
+                )
+            if self.text_pair_column == self.text_column:
+                raise rule("text_pair_column", self.text_pair_column, "is data.text_column")
+        unpaired = [s.name for s in self.ood if s.text_pair_column is not None]
+        if unpaired and self.text_pair_column is None:
+            raise rule(
+                "ood",
+                unpaired,
+                "give text_pair_column only where data.text_pair_column reads pairs of texts",
             )
         names = [s.name for s in self.ood]
         repeated = sorted({n for n in names if names.count(n) > 1})
