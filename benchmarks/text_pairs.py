@@ -17,7 +17,7 @@ written as CSV files (``sentence1``, ``sentence2``, ``label``) and fitted, 3 epo
 
 Prints the test accuracy, MCC and NLL of each and its training seconds.
 
-    python benchmarks/text_pairs.py [--seed 0] [--epochs 3] [--limit N] [--out DIR]
+    python -m benchmarks.text_pairs [--seed 0] [--epochs 3] [--limit N] [--out DIR]
 """
 
 from __future__ import annotations
