@@ -193,6 +193,15 @@ def test_a_run_of_pairs_fits_and_predicts_pairs_from_the_command_and_python(tmp_
     written = datasets.Dataset.from_csv(str(tmp_path / "pred.csv"))
     assert written.column_names[:3] == ["text", "text_pair", "predicted"]
     assert list(written["text_pair"]) == [b for _, b, _ in PAIRS[:5]]
+    write_table(tmp_path / "labelled.csv", PAIRS[:5])  # read whole, with their labels
+    done = probtrans_command(
+        "predict", "run", "labelled.csv", "--labels", "--out", "labelled_pred.csv", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    labelled = datasets.Dataset.from_csv(str(tmp_path / "labelled_pred.csv"))
+    assert list(labelled["text_pair"]) == list(written["text_pair"])
+    np.testing.assert_allclose(labelled["p_1"], written["p_1"], rtol=0, atol=1e-6)
+    assert list(labelled["label"]) == [label for *_, label in PAIRS[:5]]
     loaded = probtrans.Run.load(run.path)  # from the folder: the pairs and their segments
     expected = loaded.predict([(a, b) for a, b, _ in PAIRS[:5]], samples=2, seed=0)
     np.testing.assert_allclose(written["p_1"], expected["p_1"], rtol=0, atol=1e-6)
