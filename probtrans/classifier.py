@@ -571,7 +571,7 @@ def build_backbone_classifier(
     net, image = spec.network, data.kind == "image"
     separator = segment_separator(backbone, data)
     if resolved.pretrained and len(data.train):
-        check_backbone_runs(backbone, image, data, resolved.ref)
+        check_backbone_runs(backbone, image, data, resolved.ref, separator)
     measured = net.head.kind == "random_features" and net.head.lengthscale is None
     start = {}
     if resolved.pretrained and (net.swap is not None or measured) and len(data.train):
@@ -615,13 +615,15 @@ def segment_separator(backbone: nn.Module, data: DataBundle) -> int | None:
     return pair_segments(data.tokenizer)
 
 
-def check_backbone_runs(backbone: nn.Module, image: bool, data: DataBundle, ref: str) -> None:
+def check_backbone_runs(
+    backbone: nn.Module, image: bool, data: DataBundle, ref: str, separator: int | None = None
+) -> None:
     """Run the untouched pretrained ``backbone`` on the first training examples of ``data``
-    before anything of probtrans is put in it: a model that fails on them (one that needs
-    inputs probtrans does not give, as X-MOD's language) is one error naming it, before
-    training rather than in its first step."""
+    (pairs of texts with the segment ids of ``separator``) before anything of probtrans is put
+    in it: a model that fails on them (one that needs inputs probtrans does not give, as
+    X-MOD's language) is one error naming it, before training rather than in its first step."""
     _, inputs, mask, _ = data.train.batch(torch.arange(min(PROBE_EXAMPLES, len(data.train))))
-    given = backbone_inputs(backbone, image, inputs, mask, segment_separator(backbone, data))
+    given = backbone_inputs(backbone, image, inputs, mask, separator)
     try:
         pretrained_features(backbone, given, "mean")
     except ProbtransError:
