@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 import numpy as np
 
@@ -27,10 +27,23 @@ INTEGER = re.compile(r"\s*[+-]?\d+\s*")  # an integer label as a file writes it
 MISSING_WORDS = frozenset({"nan", "-nan", "na", "n/a", "#n/a", "<na>", "null", "none"})
 SHOWN_NAME = 60  # the longest a column or array name is shown in messages (:func:`shown`)
 MAX_LISTED = 12  # names listed in one message (:func:`listed`)
+T = TypeVar("T")
 
 
 # ----------------------------------------------------------------------------- rows
-class TextColumn(Sequence[str]):
+class ListLike(Sequence[T]):
+    """A read-only sequence equal to a list of the same items (and to another of its kind),
+    unhashable as a list."""
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ListLike | list):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking, as a list
+
+
+class TextColumn(ListLike[str]):
     """The texts of a table read through ``datasets``, kept as its Arrow strings (about the
     size of the texts themselves) and made Python strings a slice at a time: ``column[a:b]`` is
     a list, and iterating goes :data:`SLICE_ROWS` rows at a time. So ``probtrans predict`` holds
@@ -63,18 +76,11 @@ class TextColumn(Sequence[str]):
         for start in range(0, len(self), self.SLICE_ROWS):
             yield from self[start : start + self.SLICE_ROWS]
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, TextColumn | list):
-            return len(self) == len(other) and list(self) == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # mutable-looking, as a list
-
     def __repr__(self) -> str:
         return f"TextColumn({len(self)} texts)"
 
 
-class TextPairs(Sequence[tuple[str, str]]):
+class TextPairs(ListLike[tuple[str, str]]):
     """The texts of two columns of a table read as pairs (a sentence-pair task's premise and
     hypothesis, ``data.text_column`` and ``data.text_pair_column``): row K is the tuple of the
     two columns' K-th texts, a slice a list of them. Equal to a list of the same tuples."""
@@ -100,13 +106,6 @@ class TextPairs(Sequence[tuple[str, str]]):
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
         return zip(self.first, self.second, strict=True)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, TextPairs | list):
-            return len(self) == len(other) and list(self) == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # mutable-looking, as a list
 
     def __repr__(self) -> str:
         return f"TextPairs({len(self)} pairs of texts)"
