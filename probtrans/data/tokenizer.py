@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from tokenizers import Tokenizer, normalizers, pre_tokenizers, processors
+from tokenizers import Encoding, Tokenizer, normalizers, pre_tokenizers, processors
 from tokenizers.models import WordLevel
 from tokenizers.trainers import WordLevelTrainer
 
@@ -89,7 +89,12 @@ def pair_separator(tokenizer: Tokenizer, name: str = "the tokenizer") -> int:
     """The id of the special token that ``tokenizer`` (``name``, for messages) puts between a
     pair's two texts ([SEP] in BERT's [CLS] a [SEP] b [SEP]); ConfigError for a tokenizer that
     puts none (GPT-2's, without a pair template: the pair would read as one text)."""
-    encoding = tokenizer.encode(*PROBE_PAIR)
+    return separator_of(tokenizer.encode(*PROBE_PAIR), name)
+
+
+def separator_of(encoding: Encoding, name: str) -> int:
+    """The id of the first special token between the two texts of a pair's ``encoding`` (see
+    :func:`pair_separator`)."""
     sequences = encoding.sequence_ids
     first_end = max(i for i, s in enumerate(sequences) if s == 0)
     second = sequences.index(1) if 1 in sequences else len(sequences)
@@ -108,8 +113,8 @@ def pair_segments(tokenizer: Tokenizer, name: str = "the tokenizer") -> int | No
     ``tokenizer``'s pairs are in segment 1 (BERT's form, [CLS] a [SEP] b [SEP] with segment 1
     from b on, which :func:`segment_ids` gives back from the token ids), or None where its
     pairs are one segment (RoBERTa's template); ConfigError for segments of another form."""
-    separator = pair_separator(tokenizer, name)
     encoding = tokenizer.encode(*PROBE_PAIR)
+    separator = separator_of(encoding, name)
     types = torch.tensor(encoding.type_ids)
     if not types.any():
         return None
