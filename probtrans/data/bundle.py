@@ -482,13 +482,15 @@ class DataBundle:
             where,
         )
         given = {"train": train, "val": val, "test": test}
-        pairs = {s: checked_pair(v, s, where) for s, v in given.items() if v is not None}
-        texts = {"train": checked_texts(pairs["train"][0], f"{where}: train texts", pairs=None)}
+        labelled = {s: checked_pair(v, s, where) for s, v in given.items() if v is not None}
+        texts = {"train": checked_texts(labelled["train"][0], f"{where}: train texts", pairs=None)}
         text_pairs = isinstance(texts["train"][0], tuple)  # pairs of texts (checked: not empty)
-        for s, (t, _) in pairs.items():
+        for s, (t, _) in labelled.items():
             if s != "train":
                 texts[s] = checked_texts(t, f"{where}: {s} texts", pairs=text_pairs)
-        values = {s: checked_label_list(y, f"{where}: {s} labels") for s, (_, y) in pairs.items()}
+        values = {
+            s: checked_label_list(y, f"{where}: {s} labels") for s, (_, y) in labelled.items()
+        }
         for s, t in texts.items():
             if len(t) != len(values[s]):
                 raise ProbtransError(f"{where}: {s}: {len(t)} texts but {len(values[s])} labels")
