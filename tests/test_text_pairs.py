@@ -7,8 +7,6 @@ where it does not apply."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import datasets
@@ -18,6 +16,7 @@ import torch
 
 import probtrans
 from probtrans.classifier import backbone_inputs, build_classifier
+from probtrans.cli import main
 from probtrans.data import DataBundle
 from probtrans.data.files import input_text_chunks, parse_source, read_inputs, read_texts
 from probtrans.data.tokenizer import pair_segments, segment_ids
@@ -170,34 +169,24 @@ def write_spec(folder: Path, backbone: Path, data: str = "") -> Path:
     return path
 
 
-def probtrans_command(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "probtrans", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
-def test_a_run_of_pairs_fits_and_predicts_pairs_from_the_command_and_python(tmp_path):
+def test_a_run_of_pairs_fits_and_predicts_pairs_from_the_command_and_python(
+    tmp_path, monkeypatch, capsys
+):
     folder = save_tiny_backbone("bert", tmp_path / "bert")
     spec = write_spec(tmp_path, folder)
     inference = tiny_inference(tmp_path, "map")
     run = probtrans.fit(spec, inference, out=tmp_path / "run", epochs=1, progress=False)
     saved = json.loads((run.path / "data.json").read_text())
     assert saved["text_pairs"] is True
+    monkeypatch.chdir(tmp_path)
     new = write_table(tmp_path / "new.csv", PAIRS[:5], labels=False)
-    done = probtrans_command("predict", "run", "new.csv", "--out", "pred.csv", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    assert main(["predict", "run", "new.csv", "--out", "pred.csv", "--quiet"]) == 0
     written = datasets.Dataset.from_csv(str(tmp_path / "pred.csv"))
     assert written.column_names[:3] == ["text", "text_pair", "predicted"]
     assert list(written["text_pair"]) == [b for _, b, _ in PAIRS[:5]]
     write_table(tmp_path / "labelled.csv", PAIRS[:5])  # read whole, with their labels
-    done = probtrans_command(
-        "predict", "run", "labelled.csv", "--labels", "--out", "labelled_pred.csv", cwd=tmp_path
-    )
-    assert done.returncode == 0, done.stderr
+    labelled_out = ["--labels", "--out", "labelled_pred.csv", "--quiet"]
+    assert main(["predict", "run", "labelled.csv", *labelled_out]) == 0
     labelled = datasets.Dataset.from_csv(str(tmp_path / "labelled_pred.csv"))
     assert list(labelled["text_pair"]) == list(written["text_pair"])
     np.testing.assert_allclose(labelled["p_1"], written["p_1"], rtol=0, atol=1e-6)
@@ -208,9 +197,9 @@ def test_a_run_of_pairs_fits_and_predicts_pairs_from_the_command_and_python(tmp_
     with pytest.raises(ProbtransError, match="not a pair of texts"):
         loaded.predict(["a single text"])
     (tmp_path / "one.txt").write_text("a single text\n")
-    refused = probtrans_command("predict", "run", "one.txt", cwd=tmp_path)
-    assert refused.returncode == 2
-    assert refused.stderr.strip().splitlines() == [
+    capsys.readouterr()
+    assert main(["predict", "run", "one.txt"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
         "error: one.txt: one text per line, but this run reads pairs of texts (the columns "
         "'premise' and 'hypothesis'): give a table (CSV, TSV, JSON Lines or Parquet) with both "
         "columns"
