@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas
 import pytest
 
 from probtrans.analysis import metrics
@@ -289,6 +290,12 @@ def test_the_command_line_refuses_what_would_lose_or_confuse_data(project, capsy
         loaded.predict([])
     with pytest.raises(probtrans.errors.ProbtransError, match="not one string"):
         loaded.predict("a good movie")
+    texts = ["a good movie", "an awful plot"]
+    expected = loaded.predict(texts, samples=2)["p_pos"]
+    for given in (np.array(texts), np.array(texts, dtype=object), pandas.Series(texts)):
+        np.testing.assert_array_equal(loaded.predict(given, samples=2)["p_pos"], expected)
+    with pytest.raises(probtrans.errors.ProbtransError, match=r"text 1 is missing \(NaN\)"):
+        loaded.predict(pandas.Series(["a good movie", None]))
 
 
 def test_integer_labels_are_no_classes_of_a_run_of_string_labels(project, tmp_path, capsys):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import datasets
 import numpy as np
+import pandas
 import pytest
 import torch
 
@@ -194,8 +195,16 @@ def test_a_run_of_pairs_fits_and_predicts_pairs_from_the_command_and_python(
     loaded = probtrans.Run.load(run.path)  # from the folder: the pairs and their segments
     expected = loaded.predict([(a, b) for a, b, _ in PAIRS[:5]], samples=2, seed=0)
     np.testing.assert_allclose(written["p_1"], expected["p_1"], rtol=0, atol=1e-6)
+    frame = pandas.read_csv(tmp_path / "new.csv")  # a two-column table, as users hold pairs
+    for table in (frame, frame.to_numpy(), frame.to_numpy().astype(str)):
+        again = loaded.predict(table, samples=2, seed=0)
+        np.testing.assert_allclose(again["p_1"], expected["p_1"], rtol=0, atol=1e-6)
     with pytest.raises(ProbtransError, match="not a pair of texts"):
         loaded.predict(["a single text"])
+    with pytest.raises(ProbtransError, match=r"text 1 is \(a str, missing \(None\)\), not a pair"):
+        loaded.predict([PAIRS[0][:2], ("a premise", None)])
+    with pytest.raises(ProbtransError, match=r"shape \(5, 3\): give N texts \(N,\) or N pairs"):
+        loaded.predict(frame.assign(extra="x"))
     (tmp_path / "one.txt").write_text("a single text\n")
     capsys.readouterr()
     assert main(["predict", "run", "one.txt"]) == 2

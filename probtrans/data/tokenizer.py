@@ -17,6 +17,7 @@ keeps (``encode``, ``decode``) to turn new texts into token ids and ids back int
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -158,15 +159,16 @@ def encoder(
         texts = list(texts)
         for i, text in enumerate(texts):
             if pairs and not is_text_pair(text):
+                what = kind_of(text)
+                if isinstance(text, tuple | list) and len(text) == 2:
+                    what = f"({', '.join(map(kind_of, text))})"
                 raise ProbtransError(
-                    f"encode: text {i} is a {type(text).__name__}, not a pair of texts (this "
-                    f"data set's inputs are pairs: give (text, text_pair) tuples)"
+                    f"encode: text {i} is {what}, not a pair of texts (this data set's inputs "
+                    f"are pairs: give (text, text_pair) tuples of two strings)"
                 )
             if not pairs and not isinstance(text, str):
                 pair = " (this data set's inputs are single texts)" if is_text_pair(text) else ""
-                raise ProbtransError(
-                    f"encode: text {i} is a {type(text).__name__}, not a string{pair}"
-                )
+                raise ProbtransError(f"encode: text {i} is {kind_of(text)}, not a string{pair}")
             if pairs and not all(part.strip() for part in text):
                 raise ProbtransError(f"encode: text {i} ({tuple(text)!r}) has an empty text")
         ids = encode(tokenizer, [tuple(text) for text in texts] if pairs else texts).long()
@@ -177,6 +179,16 @@ def encoder(
         return ids, mask
 
     return encode_texts
+
+
+def kind_of(value: object) -> str:
+    """What a value given as a text is, for messages: "missing (None)", "missing (NaN)" (as
+    pandas gives an empty cell), else its type ("a float")."""
+    if value is None:
+        return "missing (None)"
+    if isinstance(value, float) and math.isnan(value):
+        return "missing (NaN)"
+    return f"a {type(value).__name__}"
 
 
 def decoder(tokenizer: Tokenizer) -> Callable[[list[int]], str]:

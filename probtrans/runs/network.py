@@ -10,7 +10,6 @@ from torch import nn
 
 from probtrans.classifier import Classifier
 from probtrans.data import DataBundle, DataSplit
-from probtrans.data.rows import is_text_pair
 from probtrans.data.tokenizer import pad_id
 from probtrans.errors import ProbtransError
 
@@ -26,11 +25,9 @@ def new_inputs(
         raise ProbtransError(f"{what}: give a list of texts, not one string")
     if len(inputs) == 0:
         raise ProbtransError(f"{what}: nothing to predict")
-    texts = isinstance(inputs, list | tuple) and all(
-        isinstance(x, str) or is_text_pair(x) for x in inputs
-    )
-    if texts or data.kind == "image":
-        prepared, mask = data.encode(list(inputs) if texts else inputs, what)
+    texts = text_rows(inputs, what) if data.kind == "tokens" else None
+    if texts is not None or data.kind == "image":
+        prepared, mask = data.encode(inputs if texts is None else texts, what)
         return DataSplit.unlabelled(prepared, mask)
     values = torch.as_tensor(np.asarray(inputs))
     if values.dim() != 2 or values.is_floating_point():
@@ -41,6 +38,36 @@ def new_inputs(
     ids = values.long()
     padding = pad_id(data.tokenizer) if data.tokenizer is not None else 0
     return DataSplit.unlabelled(ids, ids != padding)
+
+
+def text_rows(inputs: object, what: str = "inputs") -> list | None:
+    """``inputs`` as a list of texts, or of pairs of texts as tuples, where they hold texts: a list
+    or tuple holding a text or anything but numbers (for the tokenizer's check to name), a NumPy
+    array of strings or objects, (N,) or (N, 2), as a pandas Series or a two-column DataFrame
+    gives; None for token ids (a tensor, an array or nested lists of integers)."""
+    if isinstance(inputs, list | tuple):
+        return list(inputs) if holds_text(inputs) else None
+    if isinstance(inputs, torch.Tensor) or not holds_text(values := np.asarray(inputs)):
+        return None
+    if values.ndim == 1:
+        return values.tolist()
+    if values.ndim == 2 and values.shape[1] == 2:
+        return [tuple(row) for row in values.tolist()]
+    raise ProbtransError(
+        f"{what}: an array of texts of shape {values.shape}: give N texts (N,) or N pairs of "
+        f"texts (N, 2)"
+    )
+
+
+def holds_text(value: object) -> bool:
+    """Whether ``value`` (an input, or nested inputs) holds anything but numbers."""
+    if isinstance(value, int | float | np.number | torch.Tensor):
+        return False
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind in "USO"
+    if isinstance(value, list | tuple):
+        return any(holds_text(x) for x in value)
+    return True
 
 
 class TrainedNetwork(nn.Module):

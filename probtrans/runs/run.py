@@ -166,8 +166,9 @@ class Run(TemporaryFolder):
         adapt: str | AdaptationOptions | None = None,
         adapt_online: bool = False,
     ) -> dict[str, np.ndarray]:
-        """The posterior predictive on new ``inputs``: texts (a list of strings, tokenised as in
-        training; a run on pairs of texts takes ``(text, text_pair)`` tuples), token ids (N, L) (0 =
+        """The posterior predictive on new ``inputs``: texts (a list of strings, a NumPy array or
+        pandas Series of them, tokenised as in training; a run on pairs of texts takes ``(text,
+        text_pair)`` tuples, an (N, 2) array or a two-column DataFrame), token ids (N, L) (0 =
         padding), raw images (N, C, H, W) or (N, H, W), scaled as the training images were, or a
         split made by :meth:`as_split`. Returns
         :func:`probtrans.runs.prediction.prediction_columns`, one row per input, with the entropy
