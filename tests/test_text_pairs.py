@@ -216,6 +216,24 @@ def test_a_run_of_pairs_fits_and_predicts_pairs_from_the_command_and_python(
     assert new.exists() and not (tmp_path / "one.csv").exists()
 
 
+def test_texts_in_memory_may_be_lists_arrays_or_pandas_and_give_one_bundle():
+    frame = pandas.DataFrame(PAIRS, columns=["premise", "hypothesis", "label"])
+    tuples = DataBundle.from_texts(([(a, b) for a, b, _ in PAIRS], frame["label"].tolist()))
+    two_columns = frame[["premise", "hypothesis"]]
+    for texts in (two_columns, two_columns.to_numpy(), two_columns.to_numpy().astype(str)):
+        bundle = DataBundle.from_texts((texts, frame["label"]))
+        assert bundle.text_pairs and torch.equal(bundle.train.inputs, tuples.train.inputs)
+        assert torch.equal(bundle.test.labels, tuples.test.labels)
+    single = DataBundle.from_texts(([a for a, _, _ in PAIRS], frame["label"].tolist()))
+    for texts in (frame["premise"], frame["premise"].to_numpy().astype(str)):
+        bundle = DataBundle.from_texts((texts, frame["label"].to_numpy()))
+        assert not bundle.text_pairs and torch.equal(bundle.train.inputs, single.train.inputs)
+    gap = two_columns.copy()
+    gap.loc[1, "hypothesis"] = np.nan  # an empty cell
+    with pytest.raises(ProbtransError, match=r"train texts\[1\]: \(a str, missing \(NaN\)\)"):
+        DataBundle.from_texts((gap, frame["label"]))
+
+
 def test_pairs_without_a_pretrained_tokenizer_are_joined_by_a_separator_token():
     bundle = DataBundle.from_texts(([(a, b) for a, b, _ in PAIRS], [r[2] for r in PAIRS]))
     ids, _ = bundle.encode([("The film", "a dull movie")])

@@ -451,7 +451,9 @@ class DataBundle:
 
         Texts are strings, or for a sentence-pair task (entailment, paraphrase) pairs of
         strings, ``(text, text_pair)`` tuples, encoded as the tokenizer's pair (every split, out-
-        of-domain sets and new inputs then pairs too).
+        of-domain sets and new inputs then pairs too); a split's texts are a list, a NumPy array
+        or a pandas Series, its pairs an (N, 2) array or a two-column DataFrame too
+        (:func:`~probtrans.data.rows.text_rows`).
 
         Labels are strings or integers. ``labels`` lists the classes in order: the label values
         themselves, or, for integer labels 0..C−1, the C class names. Without it, string labels

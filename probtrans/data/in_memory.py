@@ -19,7 +19,7 @@ from sklearn.model_selection import train_test_split
 from torch import Tensor
 
 from probtrans.analysis.summary import is_ood_split, ood_sets
-from probtrans.data.rows import is_text_pair
+from probtrans.data.rows import is_text_pair, kind_of, text_rows
 from probtrans.errors import ProbtransError
 from probtrans.specs.base import check_seed
 from probtrans.specs.model import SET_NAME_PATTERN
@@ -240,15 +240,19 @@ def checked_texts(
     is one), each checked."""
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
         raise ProbtransError(f"{what}: must be a list of strings, got a {type(value).__name__}")
-    texts = list(value)
+    texts = text_rows(value, what)
+    if texts is None:
+        raise ProbtransError(f"{what}: must be a list of strings, got numbers")
     if pairs is None:
         pairs = bool(texts) and is_text_pair(texts[0])
     for i, text in enumerate(texts):
         if pairs:
             if not is_text_pair(text):
+                parts = isinstance(text, tuple | list) and len(text) == 2
+                given = f"({', '.join(map(kind_of, text))})" if parts else kind_of(text)
                 raise ProbtransError(
-                    f"{what}[{i}]: a {type(text).__name__}, not a pair of texts (the training "
-                    f"texts are pairs: give every text as a (text, text_pair) tuple)"
+                    f"{what}[{i}]: {given}, not a pair of texts (the training texts are pairs: "
+                    f"give every text as a (text, text_pair) tuple of two strings)"
                 )
             texts[i] = text = tuple(text)
             if not all(part.strip() for part in text):
@@ -256,7 +260,7 @@ def checked_texts(
             continue
         if not isinstance(text, str):
             pair = " (the training texts are single strings)" if is_text_pair(text) else ""
-            raise ProbtransError(f"{what}[{i}]: a {type(text).__name__}, not a string{pair}")
+            raise ProbtransError(f"{what}[{i}]: {kind_of(text)}, not a string{pair}")
         if not text.strip():
             raise ProbtransError(f"{what}[{i}]: empty text")
     if not texts and not empty_ok:

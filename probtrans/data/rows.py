@@ -4,7 +4,9 @@ every reader shares: a text (:func:`text_problem`; a row's texts: :func:`texts_p
 label (:func:`checked_label`; "NaN", "N/A"... are missing values unless ``data.labels``
 declares them), a column (:func:`require_column`, :func:`label_to_read`), and
 names read from a file as messages show them (:func:`shown`, :func:`listed`). Problems are raised
-in one line listing the first :data:`MAX_REPORTED` (:func:`raise_problems`).
+in one line listing the first :data:`MAX_REPORTED` (:func:`raise_problems`). Texts given in memory
+(a list, an array, a pandas Series or DataFrame) are rows by :func:`text_rows`, a value that is no
+text named by :func:`kind_of`.
 """
 
 from __future__ import annotations
@@ -109,6 +111,50 @@ class TextPairs(ListLike[tuple[str, str]]):
 
     def __repr__(self) -> str:
         return f"TextPairs({len(self)} pairs of texts)"
+
+
+def text_rows(value: Any, what: str) -> list[Any] | None:
+    """The rows of ``value`` where it holds texts, pairs of texts as tuples: a list or tuple
+    holding a text, or anything but numbers (for the caller's check to name: None, NaN...); a
+    NumPy array of strings or objects, (N,) or (N, 2) for pairs, as a pandas Series or a
+    two-column DataFrame gives; any other iterable of texts. None where ``value`` holds numbers
+    only (token ids). An array of texts of another shape is refused, naming ``what``."""
+    if isinstance(value, list | tuple):
+        return list(value) if holds_text(value) or not value else None
+    if not hasattr(value, "__array__"):
+        return list(value)
+    values = np.asarray(value)
+    if values.dtype.kind not in "USO":
+        return None
+    if values.ndim == 1:
+        return values.tolist()
+    if values.ndim == 2 and values.shape[1] == 2:
+        return [tuple(row) for row in values.tolist()]
+    raise ProbtransError(
+        f"{what}: an array of texts of shape {values.shape}: give N texts (N,) or N pairs of "
+        f"texts (N, 2)"
+    )
+
+
+def holds_text(value: object) -> bool:
+    """Whether ``value`` (an input, or nested inputs) holds anything but numbers."""
+    if isinstance(value, int | float | np.number):
+        return False
+    if isinstance(value, list | tuple):
+        return any(holds_text(x) for x in value)
+    if hasattr(value, "__array__"):  # a NumPy array or a tensor
+        return np.asarray(value).dtype.kind in "USO"
+    return True
+
+
+def kind_of(value: object) -> str:
+    """What a value given as a text is, for messages: "missing (None)", "missing (NaN)" (as
+    pandas gives an empty cell), else its type ("a float")."""
+    if value is None:
+        return "missing (None)"
+    if isinstance(value, float) and math.isnan(value):
+        return "missing (NaN)"
+    return f"a {type(value).__name__}"
 
 
 def is_text_pair(value: object) -> bool:

@@ -17,7 +17,6 @@ keeps (``encode``, ``decode``) to turn new texts into token ids and ids back int
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
@@ -25,7 +24,7 @@ from tokenizers import Encoding, Tokenizer, normalizers, pre_tokenizers, process
 from tokenizers.models import WordLevel
 from tokenizers.trainers import WordLevelTrainer
 
-from probtrans.data.rows import is_text_pair
+from probtrans.data.rows import is_text_pair, kind_of
 from probtrans.errors import ConfigError, ProbtransError
 from probtrans.hub import backbone_folder, backbone_tokenizer
 from probtrans.specs import DataSpec
@@ -179,16 +178,6 @@ def encoder(
         return ids, mask
 
     return encode_texts
-
-
-def kind_of(value: object) -> str:
-    """What a value given as a text is, for messages: "missing (None)", "missing (NaN)" (as
-    pandas gives an empty cell), else its type ("a float")."""
-    if value is None:
-        return "missing (None)"
-    if isinstance(value, float) and math.isnan(value):
-        return "missing (NaN)"
-    return f"a {type(value).__name__}"
 
 
 def decoder(tokenizer: Tokenizer) -> Callable[[list[int]], str]:

@@ -10,6 +10,7 @@ from torch import nn
 
 from probtrans.classifier import Classifier
 from probtrans.data import DataBundle, DataSplit
+from probtrans.data.rows import text_rows
 from probtrans.data.tokenizer import pad_id
 from probtrans.errors import ProbtransError
 
@@ -38,36 +39,6 @@ def new_inputs(
     ids = values.long()
     padding = pad_id(data.tokenizer) if data.tokenizer is not None else 0
     return DataSplit.unlabelled(ids, ids != padding)
-
-
-def text_rows(inputs: object, what: str = "inputs") -> list | None:
-    """``inputs`` as a list of texts, or of pairs of texts as tuples, where they hold texts: a list
-    or tuple holding a text or anything but numbers (for the tokenizer's check to name), a NumPy
-    array of strings or objects, (N,) or (N, 2), as a pandas Series or a two-column DataFrame
-    gives; None for token ids (a tensor, an array or nested lists of integers)."""
-    if isinstance(inputs, list | tuple):
-        return list(inputs) if holds_text(inputs) else None
-    if isinstance(inputs, torch.Tensor) or not holds_text(values := np.asarray(inputs)):
-        return None
-    if values.ndim == 1:
-        return values.tolist()
-    if values.ndim == 2 and values.shape[1] == 2:
-        return [tuple(row) for row in values.tolist()]
-    raise ProbtransError(
-        f"{what}: an array of texts of shape {values.shape}: give N texts (N,) or N pairs of "
-        f"texts (N, 2)"
-    )
-
-
-def holds_text(value: object) -> bool:
-    """Whether ``value`` (an input, or nested inputs) holds anything but numbers."""
-    if isinstance(value, int | float | np.number | torch.Tensor):
-        return False
-    if isinstance(value, np.ndarray):
-        return value.dtype.kind in "USO"
-    if isinstance(value, list | tuple):
-        return any(holds_text(x) for x in value)
-    return True
 
 
 class TrainedNetwork(nn.Module):
