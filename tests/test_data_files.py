@@ -270,6 +270,12 @@ FILE_ERRORS = [
     ("in.jsonl", "\n\n", "no rows"),
     ("in.csv", "sentence,id\nfine,1\n", "no text column 'text' (columns: 'sentence', 'id')"),
     ("in.jsonl", '{"sentence": "a"}\n', "no text column 'text' (columns: 'sentence')"),
+    (
+        "in.csv",
+        "text;label\nfine;1\n",
+        "no text column 'text' (columns: 'text;label'); its header is one column holding ';': a "
+        "file separated by ';'? save it with commas (.csv) or tabs (.tsv)",
+    ),
     ("in.parquet", b"not parquet", "not a readable Parquet file"),
 ]
 

@@ -311,11 +311,29 @@ def checked_labels(
     return labels, problems
 
 
+#: separators a delimited file may use other than its format's (spreadsheets export ';' where
+#: the comma is the decimal mark)
+OTHER_SEPARATORS = (";", "|")
+
+
 def require_column(name: str, columns: list[str], column: str, what: str) -> None:
-    if column not in columns:
-        raise ProbtransError(
-            f"{name}: no {what} column {shown(column)} (columns: {listed(columns)})"
-        )
+    """Raise ProbtransError where ``column`` is not one of ``columns`` (file ``name``'s); a
+    header read as one column that holds ``column`` between another separator is named as
+    such."""
+    if column in columns:
+        return
+    hint = ""
+    if len(columns) == 1:
+        for separator in OTHER_SEPARATORS:
+            if column in columns[0].split(separator):
+                hint = (
+                    f"; its header is one column holding {separator!r}: a file separated by "
+                    f"{separator!r}? save it with commas (.csv) or tabs (.tsv)"
+                )
+                break
+    raise ProbtransError(
+        f"{name}: no {what} column {shown(column)} (columns: {listed(columns)}){hint}"
+    )
 
 
 def label_to_read(name: str, columns: list[str], options: ReadOptions) -> str | None:
