@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from tokenizers import Tokenizer
 from torch import nn
 
@@ -162,16 +163,18 @@ def load_backbone(backbone: Backbone, field: str = "model.backbone") -> nn.Modul
     kept folder) only its shape. The model gets a copy of the config (what it changes in its
     config, e.g. its attention function once swapped, stays its own). Of an encoder-decoder
     model (T5, BART, ...) it is the encoder alone: a text is classified from its encoding, and
-    the decoder would need target tokens."""
+    the decoder would need target tokens. Its weights are float32 whatever the dtype they were
+    saved in (a float16 or bfloat16 checkpoint): probtrans trains and keeps float32 weights
+    (reduced precision is autocast's, ``paths.precision = "bf16"``)."""
     from transformers import AutoModel
 
     folder, config = backbone.folder, copy.deepcopy(backbone.config)
     try:
         with progress_bars_off():
             if backbone.pretrained:
-                model = AutoModel.from_pretrained(folder, config=config)
+                model = AutoModel.from_pretrained(folder, config=config, dtype=torch.float32)
             else:
-                model = AutoModel.from_config(config)
+                model = AutoModel.from_config(config, dtype=torch.float32)
     except (OSError, ValueError, KeyError) as err:
         raise ConfigError(f"{field}: {folder}: not a loadable model ({first_line(err)})") from None
     except Exception as err:  # the weights' reader, or the model built from its config

@@ -302,6 +302,25 @@ def test_pooler_pooling_is_the_backbones_own_pooler(tmp_path, backbones):
     torch.testing.assert_close(logits, expected, rtol=0, atol=1e-5)
 
 
+def test_a_backbone_saved_in_float16_trains_in_float32_from_its_weights(tmp_path, backbones):
+    """Many checkpoints are saved in float16: the classifier's weights are float32 (its head's
+    matrix products would otherwise mix dtypes), equal to the saved ones cast up, and it fits."""
+    half = tmp_path / "half"
+    pretrained(backbones["bert"]).half().save_pretrained(half)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(backbones["bert"] / name, half / name)
+    path = write_spec(tmp_path, half, "[model.prior]\nweights = 'none'\n")
+    spec, _ = with_local_backbone(load_model_spec(path))
+    classifier = build_classifier(spec, load_data(spec.data, spec_folder(spec))).eval()
+    assert {p.dtype for p in classifier.parameters()} == {torch.float32}
+    saved = pretrained(half)
+    assert {p.dtype for p in saved.parameters()} == {torch.float16}
+    for name, weight in saved.state_dict().items():
+        assert torch.equal(classifier.backbone.state_dict()[name], weight.float()), name
+    run = probtrans.fit(path, tiny_inference(tmp_path, "map"), epochs=1, progress=False)
+    assert math.isfinite(run.metrics["nll"])
+
+
 def test_plain_fine_tuning_is_transformers_sequence_classifier(tmp_path, backbones):
     """The plain-fine-tuning baseline (``pooling = "pooler"``, no priors, every weight trained)
     is ``AutoModelForSequenceClassification``'s network: with the same head its logits and the
