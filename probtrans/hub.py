@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -65,13 +66,28 @@ def backbone_folder(ref: str, base: Path | None, field: str = "model.backbone") 
         hint = (
             f" (a hub model is named hf:{ref})"
             if not folder.exists() and HUB_ID.fullmatch(ref)
-            else ""
+            else adapter_hint(folder)
         )
         raise ConfigError(
             f"{field} = {ref!r}: {folder} is not a model saved by save_pretrained ({what}); "
             f"give such a folder, a hub id hf:ID or package:MODULE{hint}"
         )
     return folder
+
+
+def adapter_hint(folder: Path) -> str:
+    """For a folder of a PEFT adapter (``adapter_config.json``), what to give instead: its base
+    model, or the adapter merged into it; else ""."""
+    try:
+        config = json.loads((folder / "adapter_config.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+    named = f" of {base!r}" if isinstance(base, str) and base else ""
+    return (
+        f" (it holds a PEFT adapter{named}: give its base model, or the adapter merged into it, "
+        f"PeftModel.from_pretrained(base, folder).merge_and_unload().save_pretrained(...))"
+    )
 
 
 def _packaged(module_name: str, label: str) -> Path:

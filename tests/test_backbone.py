@@ -464,6 +464,22 @@ def test_a_backbone_folder_without_its_tokenizer_is_one_line_and_writes_nothing(
     assert (data.train.inputs[data.train.mask] > 4).float().mean() > 0.5  # words, not [UNK] (id 1)
 
 
+def test_a_peft_adapter_folder_as_backbone_names_its_base_model(tmp_path, backbones, capsys):
+    from peft import LoraConfig, get_peft_model
+
+    from probtrans.cli import main
+
+    model = get_peft_model(pretrained(backbones["bert"]), LoraConfig(r=2, target_modules=["query"]))
+    model.save_pretrained(tmp_path / "adapter")  # adapter_config.json and its weights alone
+    path = write_spec(tmp_path, tmp_path / "adapter")
+    capsys.readouterr()  # transformers' loading bars
+    assert main(["fit", str(path), "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "model.backbone" in err[0]
+    assert f"(it holds a PEFT adapter of {str(backbones['bert'])!r}: give its base model" in err[0]
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize(
     "backbone, hint",
     [
