@@ -181,7 +181,7 @@ def load_backbone(backbone: Backbone, field: str = "model.backbone") -> nn.Modul
     model (T5, BART, ...) it is the encoder alone: a text is classified from its encoding, and
     the decoder would need target tokens. Its weights are float32 whatever the dtype they were
     saved in (a float16 or bfloat16 checkpoint): probtrans trains and keeps float32 weights
-    (reduced precision is autocast's, ``paths.precision = "bf16"``)."""
+    (reduced precision is autocast's, ``train.precision = "bf16"``)."""
     from transformers import AutoModel
 
     folder, config = backbone.folder, copy.deepcopy(backbone.config)
