@@ -617,3 +617,45 @@ def test_every_text_format_is_read_a_chunk_at_a_time(tmp_path, suffix):
     assert [len(chunk) for chunk in chunks] == [4] * 6 + [1]
     assert [text for chunk in chunks for text in chunk] == texts
     assert input_text_chunks("-", 4) is None  # standard input: read whole
+
+
+# ----------------------------------------------------------------------------- data folders
+def test_a_folder_of_images_in_one_subfolder_per_class_reads_as_datasets_imagefolder(
+    tmp_path, monkeypatch
+):
+    """``hf:FOLDER`` of PNG files in class subfolders (not written by save_to_disk): the images
+    as the files hold them, labelled by their subfolder's name; its one split is read whatever
+    split is asked for where the source names none."""
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+    pixels = {}
+    for name in ("cat", "dog"):
+        (tmp_path / "pets" / name).mkdir(parents=True)
+        for i in range(3):
+            pixels[name, i] = rng.integers(0, 256, (6, 5, 3), dtype=np.uint8)
+            Image.fromarray(pixels[name, i]).save(tmp_path / "pets" / name / f"{i}.png")
+    for split in ("train", "test"):
+        rows = read_images(parse_source("hf:pets", tmp_path), split=split)
+        assert rows.label_names == ["cat", "dog"] and sorted(rows.labels) == [0, 0, 0, 1, 1, 1]
+        images = np.asarray(rows.values)
+        assert images.shape == (6, 3, 6, 5)  # (N, C, H, W)
+        for image, label in zip(images, rows.labels, strict=True):
+            name = rows.label_names[label]
+            match = [
+                i for i in range(3) if np.array_equal(image, pixels[name, i].transpose(2, 0, 1))
+            ]
+            assert len(match) == 1
+
+
+def test_a_folder_of_csv_files_reads_each_split_from_its_files_name(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "reviews").mkdir()
+    (tmp_path / "reviews" / "train.csv").write_text("text,label\ngood,pos\nbad,neg\nfine,pos\n")
+    (tmp_path / "reviews" / "test.csv").write_text("text,label\nawful,neg\n")
+    train = read_texts(parse_source("hf:reviews", tmp_path))
+    assert train.values == ["good", "bad", "fine"] and train.labels == ["pos", "neg", "pos"]
+    test = read_texts(parse_source("hf:reviews@test", tmp_path))
+    assert test.values == ["awful"] and test.labels == ["neg"]
+    (tmp_path / "nothing").mkdir()
+    with pytest.raises(ProbtransError, match=r"nothing: neither a folder written by save_to_disk"):
+        read_texts(parse_source("hf:nothing", tmp_path))

@@ -5,7 +5,9 @@ A source is written as a file path or as ``hf:ID[:CONFIG][@SPLIT]`` (:func:`pars
 * a file of one of the formats of :mod:`probtrans.data.formats` (CSV, TSV, JSON Lines, Parquet,
   ``.txt`` lines of texts; ``.npz`` images), read by the format its suffix names;
 * ``hf:ID``: a dataset of the Hugging Face hub, or — when ID is a local folder — a folder written
-  by ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk``.
+  by ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk``, or a folder of data files that
+  ``datasets``' folder builders read (images in one subfolder per class; CSV, JSON Lines or
+  Parquet files split by their names).
 
 :func:`read_texts` and :func:`read_images` return :class:`~probtrans.data.rows.Rows`: the
 texts or images, their raw labels (integers or strings, as the source holds them; the labels of a
@@ -205,17 +207,52 @@ def check_hub_reachable(hub_id: str, name: str) -> None:
         ) from None
 
 
+#: the files by which ``datasets`` knows a folder written by ``save_to_disk``
+SAVED_MARKERS = ("dataset_dict.json", "state.json")
+
+
+def _is_saved(folder: Path) -> bool:
+    """Whether ``folder`` was written by ``save_to_disk`` (a Dataset or a DatasetDict)."""
+    return any((folder / name).is_file() for name in SAVED_MARKERS)
+
+
+def _saved_folder(folder: Path) -> datasets.Dataset | datasets.DatasetDict:
+    try:
+        with quiet_datasets():
+            return datasets.load_from_disk(str(folder))
+    except Exception as err:
+        raise ProbtransError(
+            f"{folder}: not a folder written by save_to_disk ({reason(err)})"
+        ) from None
+
+
+def _files_folder(source: Source) -> datasets.DatasetDict:
+    """A folder of data files read by ``datasets``' folder builders: images in one subfolder
+    per class (``imagefolder``: an ``image`` column and a ``label`` column named by the
+    subfolders), or CSV, JSON Lines or Parquet files, split by their names (train, validation,
+    test) as ``datasets.load_dataset(FOLDER)`` splits them."""
+    try:
+        with quiet_datasets():
+            return datasets.load_dataset(str(source.path))
+    except Exception as err:
+        raise ProbtransError(
+            f"{source.path}: neither a folder written by save_to_disk nor a folder of data "
+            f"files (images in one subfolder per class, CSV, JSON Lines, Parquet) that datasets "
+            f"reads ({reason(err)})"
+        ) from None
+
+
 def _hf_dataset(source: Source, split: str) -> tuple[datasets.Dataset, str]:
     """The split of a saved folder or hub dataset, and how messages name it."""
     split = source.split or split
     if source.path is not None:
-        try:
-            with quiet_datasets():
-                loaded = datasets.load_from_disk(str(source.path))
-        except Exception as err:
-            raise ProbtransError(
-                f"{source.path}: not a folder written by save_to_disk ({reason(err)})"
-            ) from None
+        if _is_saved(source.path):
+            loaded = _saved_folder(source.path)
+        else:  # files whose names name no split are all datasets' "train", whatever is read
+            loaded = _files_folder(source)
+            if source.split is None and len(loaded) == 1:
+                (only,) = loaded.values()
+                return only, str(source.path)
         if isinstance(loaded, datasets.DatasetDict):
             if split not in loaded:
                 raise ProbtransError(
