@@ -659,9 +659,10 @@ def check_backbone_data(config: object, spec: ModelSpec, data: DataBundle) -> No
             raise ConfigError(f"{name}: a text model; the data are images")
         channels = getattr(config, "num_channels", 3)
         if (data.image_shape or (0,))[0] != channels:
+            plural = "" if channels == 1 else "s"
             raise ConfigError(
-                f"data: images of shape {tuple(data.image_shape or ())}: {name} takes "
-                f"{channels} channels"
+                f"data: images of shape {tuple(data.image_shape or ())}: {name} takes images "
+                f"of {channels} channel{plural}, (N, {channels}, H, W)"
             )
         return
     if vocabulary is None:

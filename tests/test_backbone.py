@@ -464,6 +464,21 @@ def test_a_backbone_folder_without_its_tokenizer_is_one_line_and_writes_nothing(
     assert (data.train.inputs[data.train.mask] > 4).float().mean() > 0.5  # words, not [UNK] (id 1)
 
 
+def test_images_of_other_channels_than_the_backbones_are_refused_with_both_shapes(
+    tmp_path, backbones
+):
+    path = write_spec(tmp_path, backbones["vit"], image=True)
+    x = np.random.default_rng(0).normal(size=(40, 3, 8, 8)).astype(np.float32)  # RGB
+    np.savez(tmp_path / "train.npz", x=x, y=np.arange(40) % 2)
+    spec, _ = with_local_backbone(load_model_spec(path))
+    with pytest.raises(ConfigError) as refused:
+        build_classifier(spec, load_data(spec.data, spec_folder(spec)))
+    assert str(refused.value).endswith(
+        f"data: images of shape (3, 8, 8): model.backbone = {str(backbones['vit'])!r} takes "
+        f"images of 1 channel, (N, 1, H, W)"
+    )
+
+
 def test_a_peft_adapter_folder_as_backbone_names_its_base_model(tmp_path, backbones, capsys):
     from peft import LoraConfig, get_peft_model
 
