@@ -289,6 +289,37 @@ def test_class_label_names_become_the_class_names(tmp_path):
     assert bundle.test.labels.tolist() == [int(v == "pos") for _, v in SPLIT_ROWS["test"]]
 
 
+def test_class_labels_of_two_sources_that_number_them_otherwise_are_read_by_name(tmp_path):
+    """A test set whose ClassLabel lists the classes in another order (or another set of them),
+    as a folder of one class, or a hub split relabelled, does: its integers are read by their
+    names, for the test split, an out-of-domain set and predict's --labels alike."""
+    from probtrans.data.file_bundle import label_indices
+    from probtrans.data.files import parse_source, read_texts
+
+    def features(names: list[str]) -> datasets.Features:
+        return datasets.Features(
+            {"text": datasets.Value("string"), "label": datasets.ClassLabel(names=names)}
+        )
+
+    train = saved_folder(tmp_path / "train", features(["neg", "pos"]), ["neg", "pos"].index)
+    flipped = saved_folder(tmp_path / "flipped", features(["pos", "neg"]), ["pos", "neg"].index)
+    spec = data_spec(train=f"hf:{train}", test=f"hf:{flipped}@test")
+    bundle = load_data(spec)
+    expected = [["neg", "pos"].index(label) for _, label in SPLIT_ROWS["test"]]
+    assert bundle.class_names == ["neg", "pos"] and bundle.test.labels.tolist() == expected
+    rows = read_texts(parse_source(f"hf:{flipped}@test"))
+    assert label_indices(rows, bundle, spec, "input").tolist() == expected
+    other = saved_folder(tmp_path / "other", features(["pos", "meh"]), lambda v: int(v == "neg"))
+    with pytest.raises(
+        ProbtransError,
+        match=r"other@test: row 1: label = 'meh': not one of the classes \['neg', 'pos'\]",
+    ):
+        load_data(data_spec(train=f"hf:{train}", test=f"hf:{other}@test"))
+    csv_test = write_rows(tmp_path / "test.tsv", [(t, int(v == "pos")) for t, v in corpus(12, 2)])
+    integers = load_data(data_spec(train=f"hf:{train}", test=str(csv_test)))  # class indices
+    assert integers.test.labels.tolist() == [int(v == "pos") for _, v in corpus(12, 2)]
+
+
 def integer_files(tmp_path: Path) -> dict[str, str]:
     """train and test TSV files with integer labels (1 = pos, 0 = neg)."""
     return {

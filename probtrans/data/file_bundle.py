@@ -46,8 +46,11 @@ def load_file_bundle(spec: DataSpec, base: Path | None = None) -> DataBundle:
     }
     values = {role: r.labels for role, r in rows.items()}
     order: list[Any] | None = spec.labels
-    if order is None and rows["train"].label_names and isinstance(values["train"][0], int):
-        order = rows["train"].label_names  # names of the classes 0..C−1
+    integers = isinstance(values["train"][0], int)  # the training labels as the file holds them
+    if names_classes(rows["train"], spec):  # labels by name: sources may number them otherwise
+        values = {role: r.named_labels(rows["train"].label_names) for role, r in rows.items()}
+        if order is None and rows["train"].label_names:
+            order = rows["train"].label_names  # the classes in the training feature's order
     ys, names = class_indices(values, order, "data", lambda role, i: rows[role].where(i))
     pairs = {role: (rows[role].values, ys[role]) for role in rows}
     fractions = {
@@ -90,7 +93,7 @@ def load_file_bundle(spec: DataSpec, base: Path | None = None) -> DataBundle:
         if spec.normalize:
             _standardise(bundle)
     bundle.description["source"] = "files"
-    bundle.description[LABELS] = "strings" if isinstance(values["train"][0], str) else "integers"
+    bundle.description[LABELS] = "integers" if integers else "strings"
     bundle.description["sources"] = {role: str(source) for role, source in sources.items()}
     return bundle
 
@@ -167,6 +170,14 @@ def _columns(kind: str, columns: dict[str, str | None]) -> dict[str, str | None]
     return {key: value for key, value in columns.items() if key not in unused}
 
 
+def names_classes(rows: Rows, spec: DataSpec) -> bool:
+    """Whether the labels of ``rows`` name their classes: strings, or the integers of a
+    ClassLabel feature (not where ``data.labels`` lists integer label values)."""
+    if spec.labels is not None and not all(isinstance(v, str) for v in spec.labels):
+        return False
+    return bool(rows.labels) and (isinstance(rows.labels[0], str) or rows.label_names is not None)
+
+
 def label_indices(rows: Rows, bundle: DataBundle, spec: DataSpec, what: str) -> torch.Tensor:
     """Class indices (N,) of the labels of ``rows`` (new inputs or an out-of-domain set,
     ``what``), −1 for all when it has none: string labels by class name; integer labels by
@@ -176,6 +187,9 @@ def label_indices(rows: Rows, bundle: DataBundle, spec: DataSpec, what: str) -> 
         return torch.full((len(rows),), NO_LABEL, dtype=torch.long)
     names = bundle.class_names
     by_name = {name: c for c, name in enumerate(names)}
+    labels = rows.labels
+    if names != [str(c) for c in range(len(names))] and names_classes(rows, spec):
+        labels = rows.named_labels()  # a ClassLabel's integers by their names
     if spec.labels is not None and all(isinstance(v, int) for v in spec.labels):
         index = {value: c for c, value in enumerate(spec.labels)}  # integer label values
     elif bundle.description.get(LABELS) == "strings":  # the classes are the string labels
@@ -183,7 +197,7 @@ def label_indices(rows: Rows, bundle: DataBundle, spec: DataSpec, what: str) -> 
     else:  # integer labels are class indices; the class names name them too
         index = by_name | {c: c for c in range(len(names))}
     classes = []
-    for i, value in enumerate(rows.labels):
+    for i, value in enumerate(labels):
         if value not in index or isinstance(value, bool):
             raise ProbtransError(
                 f"{rows.where(i)}: label {value!r} is not one of the classes {names} of the "

@@ -184,6 +184,16 @@ class Rows:
     def __len__(self) -> int:
         return len(self.values)
 
+    def named_labels(self, names: list[str] | None = None) -> list[int | str] | None:
+        """The labels with each integer of a ClassLabel feature given as its class name (two
+        sources may number the same classes differently), or where the source has none, as its
+        name in ``names`` (integers that index the task's classes); other labels (and integers
+        outside the classes, e.g. -1 for none) as they are."""
+        names = self.label_names or names
+        if self.labels is None or names is None:
+            return self.labels
+        return [names[v] if isinstance(v, int) and 0 <= v < len(names) else v for v in self.labels]
+
 
 @dataclass(frozen=True)
 class ReadOptions:
