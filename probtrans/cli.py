@@ -287,7 +287,8 @@ def predicted_table(
             f"{args.input}: --labels: no label column {spec.label_column!r} (the run's "
             f"data.label_column) to compare the predictions with"
         )
-    labels = label_indices(read, run.data, spec, "input").numpy() if read.labels else None
+    what = "input; without --labels, its labels are not read"
+    labels = label_indices(read, run.data, spec, what).numpy() if read.labels else None
     inputs = read.values  # texts are tokenised a chunk at a time (Run.predict_chunks)
     if not texts:
         try:

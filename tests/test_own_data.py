@@ -315,6 +315,11 @@ def test_class_labels_of_two_sources_that_number_them_otherwise_are_read_by_name
         match=r"other@test: row 1: label = 'meh': not one of the classes \['neg', 'pos'\]",
     ):
         load_data(data_spec(train=f"hf:{train}", test=f"hf:{other}@test"))
+    novel = [{"name": "novel", "source": f"hf:{other}"}]  # other classes: say how to ignore them
+    with pytest.raises(ProbtransError, match=r"set 'novel'; label_column = \"\" in its table"):
+        load_data(data_spec(train=f"hf:{train}", ood=novel))
+    novel[0]["label_column"] = ""
+    assert (load_data(data_spec(train=f"hf:{train}", ood=novel)).ood["novel"].labels == -1).all()
     csv_test = write_rows(tmp_path / "test.tsv", [(t, int(v == "pos")) for t, v in corpus(12, 2)])
     integers = load_data(data_spec(train=f"hf:{train}", test=str(csv_test)))  # class indices
     assert integers.test.labels.tolist() == [int(v == "pos") for _, v in corpus(12, 2)]

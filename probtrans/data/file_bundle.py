@@ -144,7 +144,8 @@ def load_ood_set(
         inputs, mask = bundle.encode(rows.values, str(source))
     except ProbtransError as err:
         raise ProbtransError(f"data.ood {ood.name!r}: {err}") from None
-    labels = label_indices(rows, bundle, spec, f"out-of-domain set {ood.name!r}")
+    what = f'out-of-domain set {ood.name!r}; label_column = "" in its table ignores its labels'
+    labels = label_indices(rows, bundle, spec, what)
     return DataSplit(inputs, labels, mask)
 
 
@@ -179,8 +180,9 @@ def names_classes(rows: Rows, spec: DataSpec) -> bool:
 
 
 def label_indices(rows: Rows, bundle: DataBundle, spec: DataSpec, what: str) -> torch.Tensor:
-    """Class indices (N,) of the labels of ``rows`` (new inputs or an out-of-domain set,
-    ``what``), −1 for all when it has none: string labels by class name; integer labels by
+    """Class indices (N,) of the labels of ``rows`` (new inputs or an out-of-domain set:
+    ``what`` names it, and how its labels are left unread, for messages), −1 for all when it has
+    none: string labels by class name; integer labels by
     their place in ``data.labels`` when it lists integers, else as class indices (not where the
     training labels were strings)."""
     if rows.labels is None:
@@ -201,7 +203,7 @@ def label_indices(rows: Rows, bundle: DataBundle, spec: DataSpec, what: str) -> 
         if value not in index or isinstance(value, bool):
             raise ProbtransError(
                 f"{rows.where(i)}: label {value!r} is not one of the classes {names} of the "
-                f"task ({what}; without its label column, its labels are ignored)"
+                f"task ({what})"
             )
         classes.append(index[value])
     return torch.tensor(classes, dtype=torch.long)
