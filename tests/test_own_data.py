@@ -309,6 +309,10 @@ def test_class_labels_of_two_sources_that_number_them_otherwise_are_read_by_name
     assert bundle.class_names == ["neg", "pos"] and bundle.test.labels.tolist() == expected
     rows = read_texts(parse_source(f"hf:{flipped}@test"))
     assert label_indices(rows, bundle, spec, "input").tolist() == expected
+    ordered = load_data(
+        data_spec(train=f"hf:{train}", test=f"hf:{train}@test", labels=["pos", "neg"])
+    )
+    assert ordered.test.labels.tolist() == [1 - c for c in expected]  # data.labels names them
     other = saved_folder(tmp_path / "other", features(["pos", "meh"]), lambda v: int(v == "neg"))
     with pytest.raises(
         ProbtransError,

@@ -76,9 +76,9 @@ class DataSpec(Spec):
     image_column: str = Field("image", min_length=1)
     label_column: str = Field("label", min_length=1)
     labels: list[str] | list[int] | None = None
-    """Your files: the classes in order (the label values; or, for labels 0..C−1, their names).
-    Default: string labels sorted, integer labels 0..C−1 (names from the data set if it has
-    them)."""
+    """Your files: the classes in order (the label values; or, for labels 0..C−1, their names;
+    where a ClassLabel feature names the integers, by those names). Default: string labels
+    sorted, integer labels 0..C−1 (names from the data set if it has them)."""
     normalize: bool = True
     """Your images: standardise each channel with the training split's mean and standard
     deviation (after scaling 8-bit pixels to [0, 1])."""
