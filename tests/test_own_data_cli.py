@@ -292,7 +292,8 @@ def test_the_command_line_refuses_what_would_lose_or_confuse_data(project, capsy
         loaded.predict("a good movie")
     texts = ["a good movie", "an awful plot"]
     expected = loaded.predict(texts, samples=2)["p_pos"]
-    for given in (np.array(texts), np.array(texts, dtype=object), pandas.Series(texts)):
+    table = pandas.DataFrame({"id": [3, 4], "text": texts})  # the run's text column, by name
+    for given in (np.array(texts), np.array(texts, dtype=object), pandas.Series(texts), table):
         np.testing.assert_array_equal(loaded.predict(given, samples=2)["p_pos"], expected)
     with pytest.raises(probtrans.errors.ProbtransError, match=r"text 1 is missing \(NaN\)"):
         loaded.predict(pandas.Series(["a good movie", None]))

@@ -196,15 +196,18 @@ def test_a_run_of_pairs_fits_and_predicts_pairs_from_the_command_and_python(
     expected = loaded.predict([(a, b) for a, b, _ in PAIRS[:5]], samples=2, seed=0)
     np.testing.assert_allclose(written["p_1"], expected["p_1"], rtol=0, atol=1e-6)
     frame = pandas.read_csv(tmp_path / "new.csv")  # a two-column table, as users hold pairs
-    for table in (frame, frame.to_numpy(), frame.to_numpy().astype(str)):
+    named = frame.assign(label=0)[["label", "hypothesis", "premise"]]  # read by the run's names
+    for table in (frame, frame.to_numpy(), frame.to_numpy().astype(str), named):
         again = loaded.predict(table, samples=2, seed=0)
         np.testing.assert_allclose(again["p_1"], expected["p_1"], rtol=0, atol=1e-6)
+    network = loaded.module()
+    torch.testing.assert_close(network(named), network([(a, b) for a, b, _ in PAIRS[:5]]))
     with pytest.raises(ProbtransError, match="not a pair of texts"):
         loaded.predict(["a single text"])
     with pytest.raises(ProbtransError, match=r"text 1 is \(a str, missing \(None\)\), not a pair"):
         loaded.predict([PAIRS[0][:2], ("a premise", None)])
     with pytest.raises(ProbtransError, match=r"shape \(5, 3\): give N texts \(N,\) or N pairs"):
-        loaded.predict(frame.assign(extra="x"))
+        loaded.predict(frame.rename(columns={"premise": "a"}).assign(extra="x"))
     (tmp_path / "one.txt").write_text("a single text\n")
     capsys.readouterr()
     assert main(["predict", "run", "one.txt"]) == 2

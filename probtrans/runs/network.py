@@ -4,6 +4,8 @@ same preparation)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 from torch import nn
@@ -16,12 +18,19 @@ from probtrans.errors import ProbtransError
 
 
 def new_inputs(
-    data: DataBundle, inputs: list[str] | torch.Tensor | np.ndarray, what: str = "inputs"
+    data: DataBundle,
+    inputs: list[str] | torch.Tensor | np.ndarray,
+    what: str = "inputs",
+    columns: Sequence[str] = (),
 ) -> DataSplit:
     """New ``inputs`` as an unlabelled split of ``data``'s kind, prepared as its training inputs
     were: texts (or pairs of texts, as tuples) tokenised, token ids (N, L) with their padding mask,
     raw images (N, [C,] H, W) scaled and checked (:meth:`~probtrans.data.DataBundle.encode`); errors
-    name them as ``what``."""
+    name them as ``what``. A table (a pandas DataFrame) holding the text ``columns`` of the run
+    (``data.text_column``, and ``data.text_pair_column`` for pairs) gives them, by name."""
+    if data.kind == "tokens" and hasattr(inputs, "columns") and set(columns) <= set(inputs.columns):
+        # by name, in the run's order: one column is its texts, two their pairs
+        inputs = inputs[columns[0]] if len(columns) == 1 else inputs[list(columns)]
     if isinstance(inputs, str):
         raise ProbtransError(f"{what}: give a list of texts, not one string")
     if len(inputs) == 0:
@@ -50,13 +59,16 @@ class TrainedNetwork(nn.Module):
     mask)``. ``state_dict``, ``parameters``, ``.to(device)`` and ``torch.compile`` see the
     classifier; the data set's preparation is not a parameter."""
 
-    def __init__(self, classifier: Classifier, data: DataBundle) -> None:
+    def __init__(
+        self, classifier: Classifier, data: DataBundle, columns: Sequence[str] = ()
+    ) -> None:
         super().__init__()
         self.classifier = classifier
         self.data = data  # its encoder (scaling, tokenizer); not a module
+        self.columns = tuple(columns)  # the run's text columns, read by name from a DataFrame
 
     def forward(self, inputs: list[str] | torch.Tensor | np.ndarray) -> torch.Tensor:
-        split = new_inputs(self.data, inputs)
+        split = new_inputs(self.data, inputs, columns=self.columns)
         device = next(self.classifier.parameters()).device
         mask = None if split.mask is None else split.mask.to(device)
         return self.classifier(split.inputs.to(device), mask)

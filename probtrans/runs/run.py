@@ -168,7 +168,8 @@ class Run(TemporaryFolder):
     ) -> dict[str, np.ndarray]:
         """The posterior predictive on new ``inputs``: texts (a list of strings, a NumPy array or
         pandas Series of them, tokenised as in training; a run on pairs of texts takes ``(text,
-        text_pair)`` tuples, an (N, 2) array or a two-column DataFrame), token ids (N, L) (0 =
+        text_pair)`` tuples or an (N, 2) array; a DataFrame gives the run's text columns by name,
+        :meth:`text_columns`, else its columns in order), token ids (N, L) (0 =
         padding), raw images (N, C, H, W) or (N, H, W), scaled as the training images were, or a
         split made by :meth:`as_split`. Returns
         :func:`probtrans.runs.prediction.prediction_columns`, one row per input, with the entropy
@@ -334,7 +335,14 @@ class Run(TemporaryFolder):
     ) -> DataSplit:
         """``inputs`` as an unlabelled split of this run's kind (see :meth:`predict`); errors
         name them as ``what``."""
-        return new_inputs(self.data, inputs, what)
+        return new_inputs(self.data, inputs, what, self.text_columns())
+
+    def text_columns(self) -> tuple[str, ...]:
+        """The columns the run reads texts from (``data.text_column``, and
+        ``data.text_pair_column`` for pairs): a DataFrame given to :meth:`predict` or
+        :meth:`module` gives those, by name."""
+        spec = self.model_spec.data
+        return (spec.text_column,) + ((spec.text_pair_column,) if spec.text_pair_column else ())
 
     def module(self, draw: str | int = "mean") -> TrainedNetwork:
         """The trained network as a plain module: the classifier with every random weight fixed
@@ -364,7 +372,7 @@ class Run(TemporaryFolder):
             delattr(module, name)
             setattr(module, name, nn.Parameter(value.detach().clone()))
         network.prior_sites, network.refuses_prior_draws = {}, False
-        return TrainedNetwork(keep_params_local(network), self.data).eval()
+        return TrainedNetwork(keep_params_local(network), self.data, self.text_columns()).eval()
 
 
 def seeded_draws(
