@@ -271,6 +271,7 @@ def test_the_command_line_refuses_what_would_lose_or_confuse_data(project, capsy
     import os
 
     import probtrans
+    import probtrans.runs.run as run_module
 
     spec_dir, inputs, run = project
     reviews = inputs / "reviews.tsv"
@@ -297,6 +298,9 @@ def test_the_command_line_refuses_what_would_lose_or_confuse_data(project, capsy
         np.testing.assert_array_equal(loaded.predict(given, samples=2)["p_pos"], expected)
     with pytest.raises(probtrans.errors.ProbtransError, match=r"text 1 is missing \(NaN\)"):
         loaded.predict(pandas.Series(["a good movie", None]))
+    monkeypatch.setattr(run_module, "PREDICT_CHUNK_ROWS", 4)  # a bad text in the third chunk
+    with pytest.raises(probtrans.errors.ProbtransError, match=r"text 9 is a int, not a string"):
+        loaded.predict([*texts * 4, "fine", 7])
 
 
 def test_integer_labels_are_no_classes_of_a_run_of_string_labels(project, tmp_path, capsys):

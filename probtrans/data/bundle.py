@@ -253,19 +253,20 @@ class DataBundle:
         return len(self.class_names)
 
     def encode(
-        self, inputs: Sequence[str] | Any, what: str = "images"
+        self, inputs: Sequence[str] | Any, what: str = "images", first: int = 0
     ) -> tuple[Tensor, Tensor | None]:
         """New inputs as the model takes them: texts (``text_pairs``: pairs of texts, as tuples) →
         (token ids (N, L) long, mask (N, L) bool) with the bundle's tokenizer; raw images (N, C, H,
         W) or (N, H, W) → (images (N, C, H, W) float32 scaled as the training images
         (:class:`ImageScaling`), None). Raises ProbtransError naming ``what`` (the images' file) for
-        inputs of the other kind, of another shape or scale, or texts without a tokenizer."""
+        inputs of the other kind, of another shape or scale, or texts without a tokenizer; a bad
+        text by its row, counted from ``first`` (the first row of a chunk of inputs)."""
         if self.kind == "tokens":
             if self.tokenizer is None:
                 raise ProbtransError(
                     f"{self.name}: given as token ids, it has no tokenizer to read texts"
                 )
-            return encoder(self.tokenizer, self.text_pairs)(inputs)
+            return encoder(self.tokenizer, self.text_pairs)(inputs, first)
         if isinstance(inputs, list | tuple) and inputs and isinstance(inputs[0], str):
             raise ProbtransError(f"{self.name}: an image data set; it cannot read texts")
         images = as_tensor(inputs, f"{what}")

@@ -150,9 +150,10 @@ def encoder(
     """texts (``pairs``: pairs of texts, tuples of two strings) → (token ids (N, L) long, mask
     (N, L) bool, true where ids are not padding) with ``tokenizer``; a text without a single
     word (empty or only white space), or a text where a pair is expected or the other way
-    round, raises ProbtransError naming it."""
+    round, raises ProbtransError naming it (as text ``first`` + its place: the row of a chunk
+    of inputs that starts at row ``first``)."""
 
-    def encode_texts(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode_texts(texts: list[str], first: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         if isinstance(texts, str):
             raise ProbtransError("encode: give a list of texts, not one string")
         texts = list(texts)
@@ -162,19 +163,24 @@ def encoder(
                 if isinstance(text, tuple | list) and len(text) == 2:
                     what = f"({', '.join(map(kind_of, text))})"
                 raise ProbtransError(
-                    f"encode: text {i} is {what}, not a pair of texts (this data set's inputs "
-                    f"are pairs: give (text, text_pair) tuples of two strings)"
+                    f"encode: text {first + i} is {what}, not a pair of texts (this data set's "
+                    f"inputs are pairs: give (text, text_pair) tuples of two strings)"
                 )
             if not pairs and not isinstance(text, str):
                 pair = " (this data set's inputs are single texts)" if is_text_pair(text) else ""
-                raise ProbtransError(f"encode: text {i} is {kind_of(text)}, not a string{pair}")
+                raise ProbtransError(
+                    f"encode: text {first + i} is {kind_of(text)}, not a string{pair}"
+                )
             if pairs and not all(part.strip() for part in text):
-                raise ProbtransError(f"encode: text {i} ({tuple(text)!r}) has an empty text")
+                raise ProbtransError(
+                    f"encode: text {first + i} ({tuple(text)!r}) has an empty text"
+                )
         ids = encode(tokenizer, [tuple(text) for text in texts] if pairs else texts).long()
         mask = ids != pad_id(tokenizer)
         empty = (~mask.any(1)).nonzero().flatten().tolist() if len(ids) else []
         if empty:
-            raise ProbtransError(f"encode: text {empty[0]} ({texts[empty[0]]!r}) has no words")
+            row = empty[0]
+            raise ProbtransError(f"encode: text {first + row} ({texts[row]!r}) has no words")
         return ids, mask
 
     return encode_texts

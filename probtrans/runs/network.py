@@ -22,12 +22,14 @@ def new_inputs(
     inputs: list[str] | torch.Tensor | np.ndarray,
     what: str = "inputs",
     columns: Sequence[str] = (),
+    first: int = 0,
 ) -> DataSplit:
     """New ``inputs`` as an unlabelled split of ``data``'s kind, prepared as its training inputs
     were: texts (or pairs of texts, as tuples) tokenised, token ids (N, L) with their padding mask,
     raw images (N, [C,] H, W) scaled and checked (:meth:`~probtrans.data.DataBundle.encode`); errors
     name them as ``what``. A table (a pandas DataFrame) holding the text ``columns`` of the run
-    (``data.text_column``, and ``data.text_pair_column`` for pairs) gives them, by name."""
+    (``data.text_column``, and ``data.text_pair_column`` for pairs) gives them, by name. A bad
+    text is named by its row counted from ``first`` (where ``inputs`` are a chunk of more)."""
     if data.kind == "tokens" and hasattr(inputs, "columns") and set(columns) <= set(inputs.columns):
         # by name, in the run's order: one column is its texts, two their pairs
         inputs = inputs[columns[0]] if len(columns) == 1 else inputs[list(columns)]
@@ -37,7 +39,7 @@ def new_inputs(
         raise ProbtransError(f"{what}: nothing to predict")
     texts = text_rows(inputs, what) if data.kind == "tokens" else None
     if texts is not None or data.kind == "image":
-        prepared, mask = data.encode(inputs if texts is None else texts, what)
+        prepared, mask = data.encode(inputs if texts is None else texts, what, first)
         return DataSplit.unlabelled(prepared, mask)
     values = torch.as_tensor(np.asarray(inputs))
     if values.dim() != 2 or values.is_floating_point():

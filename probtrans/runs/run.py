@@ -266,9 +266,13 @@ class Run(TemporaryFolder):
             )
 
         def chunks() -> Iterator[dict[str, np.ndarray]]:
+            first = 0  # the row of the inputs that starts the chunk, for messages
             for chunk, chosen in pieces:
                 with step():
-                    split = chunk if isinstance(chunk, DataSplit) else self.as_split(chunk)
+                    split = (
+                        chunk if isinstance(chunk, DataSplit) else self.as_split(chunk, first=first)
+                    )
+                    first += len(chunk)
                     probs, given = predictive(split, adapted=True)
                     names = self.data.class_names
                     columns = prediction_columns(probs, names, reference, chosen, given, references)
@@ -331,11 +335,11 @@ class Run(TemporaryFolder):
         return len(self.data.class_names), getattr(self.classifier.head, "in_features", None)
 
     def as_split(
-        self, inputs: list[str] | torch.Tensor | np.ndarray, what: str = "inputs"
+        self, inputs: list[str] | torch.Tensor | np.ndarray, what: str = "inputs", first: int = 0
     ) -> DataSplit:
         """``inputs`` as an unlabelled split of this run's kind (see :meth:`predict`); errors
-        name them as ``what``."""
-        return new_inputs(self.data, inputs, what, self.text_columns())
+        name them as ``what``, a bad text by its row counted from ``first``."""
+        return new_inputs(self.data, inputs, what, self.text_columns(), first)
 
     def text_columns(self) -> tuple[str, ...]:
         """The columns the run reads texts from (``data.text_column``, and
