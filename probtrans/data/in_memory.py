@@ -19,7 +19,7 @@ from sklearn.model_selection import train_test_split
 from torch import Tensor
 
 from probtrans.analysis.summary import is_ood_split, ood_sets
-from probtrans.data.rows import is_text_pair, kind_of, text_rows
+from probtrans.data.rows import is_text_pair, kind_of, pair_kind_of, text_rows
 from probtrans.errors import ProbtransError
 from probtrans.specs.base import check_seed
 from probtrans.specs.model import SET_NAME_PATTERN
@@ -248,11 +248,10 @@ def checked_texts(
     for i, text in enumerate(texts):
         if pairs:
             if not is_text_pair(text):
-                parts = isinstance(text, tuple | list) and len(text) == 2
-                given = f"({', '.join(map(kind_of, text))})" if parts else kind_of(text)
                 raise ProbtransError(
-                    f"{what}[{i}]: {given}, not a pair of texts (the training texts are pairs: "
-                    f"give every text as a (text, text_pair) tuple of two strings)"
+                    f"{what}[{i}]: {pair_kind_of(text)}, not a pair of texts (the training "
+                    f"texts are pairs: give every text as a (text, text_pair) tuple of two "
+                    f"strings)"
                 )
             texts[i] = text = tuple(text)
             if not all(part.strip() for part in text):

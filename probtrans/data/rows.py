@@ -157,6 +157,14 @@ def kind_of(value: object) -> str:
     return f"a {type(value).__name__}"
 
 
+def pair_kind_of(value: object) -> str:
+    """What a value given as a pair of texts is, for messages: of two values, each one's
+    :func:`kind_of` ("(a str, missing (None))"), else its own."""
+    if isinstance(value, tuple | list) and len(value) == 2:
+        return f"({', '.join(map(kind_of, value))})"
+    return kind_of(value)
+
+
 def is_text_pair(value: object) -> bool:
     """Whether ``value`` is a pair of texts (a tuple or list of two strings)."""
     return (

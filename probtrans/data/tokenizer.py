@@ -24,7 +24,7 @@ from tokenizers import Encoding, Tokenizer, normalizers, pre_tokenizers, process
 from tokenizers.models import WordLevel
 from tokenizers.trainers import WordLevelTrainer
 
-from probtrans.data.rows import is_text_pair, kind_of
+from probtrans.data.rows import is_text_pair, kind_of, pair_kind_of
 from probtrans.errors import ConfigError, ProbtransError
 from probtrans.hub import backbone_folder, backbone_tokenizer
 from probtrans.specs import DataSpec
@@ -159,12 +159,10 @@ def encoder(
         texts = list(texts)
         for i, text in enumerate(texts):
             if pairs and not is_text_pair(text):
-                what = kind_of(text)
-                if isinstance(text, tuple | list) and len(text) == 2:
-                    what = f"({', '.join(map(kind_of, text))})"
                 raise ProbtransError(
-                    f"encode: text {first + i} is {what}, not a pair of texts (this data set's "
-                    f"inputs are pairs: give (text, text_pair) tuples of two strings)"
+                    f"encode: text {first + i} is {pair_kind_of(text)}, not a pair of texts "
+                    f"(this data set's inputs are pairs: give (text, text_pair) tuples of two "
+                    f"strings)"
                 )
             if not pairs and not isinstance(text, str):
                 pair = " (this data set's inputs are single texts)" if is_text_pair(text) else ""
