@@ -226,17 +226,17 @@ def _saved_folder(folder: Path) -> datasets.Dataset | datasets.DatasetDict:
         ) from None
 
 
-def _files_folder(source: Source) -> datasets.DatasetDict:
+def _files_folder(folder: Path) -> datasets.DatasetDict:
     """A folder of data files read by ``datasets``' folder builders: images in one subfolder
     per class (``imagefolder``: an ``image`` column and a ``label`` column named by the
     subfolders), or CSV, JSON Lines or Parquet files, split by their names (train, validation,
     test) as ``datasets.load_dataset(FOLDER)`` splits them."""
     try:
         with quiet_datasets():
-            return datasets.load_dataset(str(source.path))
+            return datasets.load_dataset(str(folder))
     except Exception as err:
         raise ProbtransError(
-            f"{source.path}: neither a folder written by save_to_disk nor a folder of data "
+            f"{folder}: neither a folder written by save_to_disk nor a folder of data "
             f"files (images in one subfolder per class, CSV, JSON Lines, Parquet) that datasets "
             f"reads ({reason(err)})"
         ) from None
@@ -249,7 +249,7 @@ def _hf_dataset(source: Source, split: str) -> tuple[datasets.Dataset, str]:
         if _is_saved(source.path):
             loaded = _saved_folder(source.path)
         else:  # files whose names name no split are all datasets' "train", whatever is read
-            loaded = _files_folder(source)
+            loaded = _files_folder(source.path)
             if source.split is None and len(loaded) == 1:
                 (only,) = loaded.values()
                 return only, str(source.path)
