@@ -30,7 +30,8 @@ def new_inputs(
     name them as ``what``. A table (a pandas DataFrame) holding the text ``columns`` of the run
     (``data.text_column``, and ``data.text_pair_column`` for pairs) gives them, by name. A bad
     text is named by its row counted from ``first`` (where ``inputs`` are a chunk of more)."""
-    if data.kind == "tokens" and hasattr(inputs, "columns") and set(columns) <= set(inputs.columns):
+    table = data.kind == "tokens" and hasattr(inputs, "columns")
+    if table and columns and set(columns) <= set(inputs.columns):
         # by name, in the run's order: one column is its texts, two their pairs
         inputs = inputs[columns[0]] if len(columns) == 1 else inputs[list(columns)]
     if isinstance(inputs, str):
