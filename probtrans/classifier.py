@@ -45,7 +45,8 @@ from probtrans.contract import outputs_recorded
 from probtrans.data import DataBundle
 from probtrans.data.tokenizer import pair_segments, segment_ids
 from probtrans.errors import ConfigError, ProbtransError
-from probtrans.gp.sngp import RandomFeatures, median_distance, spectral_normalise
+from probtrans.gp.kernels import median_distance
+from probtrans.gp.sngp import RandomFeatures, spectral_normalise
 from probtrans.hub import Backbone, first_line, load_backbone, resolve_backbone
 from probtrans.internals.pyro import DeepPyroModule, pyro_sample_names
 from probtrans.resolve import spec_folder

@@ -360,7 +360,7 @@ def test_pooler_pooling_of_a_backbone_without_a_pooler_is_refused(tmp_path, back
 def test_sngp_lengthscale_unset_is_the_median_distance_of_the_pretrained_features(
     tmp_path, backbones
 ):
-    from probtrans.gp.sngp import median_distance
+    from probtrans.gp.kernels import median_distance
 
     tables = "[model.head]\nkind = 'random_features'\nfeatures = 64\n"
     path = write_spec(tmp_path, backbones["bert"], tables)
@@ -781,7 +781,8 @@ def test_a_fitted_run_takes_the_backbone_defaults_of_the_options_its_spec_left_u
             assert (layer.tau1, layer.tau2) == (pytest.approx(8**0.5), 3.0)
         else:
             assert layer.prior_mean == "softmax" and layer.options.outputscale == 1e-3
-            assert layer.options.lengthscale == pytest.approx(8**0.25)
+            assert layer.options.lengthscale == "keys"  # measured on the pretrained keys
+            assert isinstance(layer.inducing_map, torch.nn.Identity)
 
 
 def test_the_report_of_a_swapped_backbone_run_names_backbone_blocks_kind_and_file(
@@ -816,6 +817,28 @@ def test_a_run_rebuilt_under_other_attention_defaults_is_refused_with_the_value_
     message = str(refused.value)
     assert "encoder.layer.1.attention.self.attn was trained with tau1 = 2.828" in message
     assert "now builds tau1 = 1.0" in message and "refit it, with tau1 = 2.828" in message
+
+
+def test_a_checkpoint_from_before_an_option_existed_is_read_with_that_options_default(
+    tmp_path, backbones
+):
+    """An option a checkpoint does not name was added since its fit: the network was built with
+    that option's default (SGPA's G, a LayerNorm, before ``inducing_map``), and a backbone
+    default of another value is refused with the value to write."""
+    from probtrans.runs.run import check_attention_options
+
+    tables = '[model.swap]\nlayers = [-1]\nattention = { kind = "sgpa", n_inducing = 4 }\n'
+    run = fit(tmp_path, write_spec(tmp_path, backbones["bert"], tables), "map")
+    options = run.classifier.attention_options()
+    check_attention_options(run.path, {"attention_options": json.dumps(options)}, run.classifier)
+    older = {layer: dict(kept) for layer, kept in options.items()}
+    for kept in older.values():
+        del kept["inducing_map"]
+    with pytest.raises(ProbtransError) as refused:
+        check_attention_options(run.path, {"attention_options": json.dumps(older)}, run.classifier)
+    message = str(refused.value)
+    assert "was trained with inducing_map = 'layernorm'" in message
+    assert "now builds inducing_map = 'identity'" in message
 
 
 def test_sgpa_over_bayesian_lora_trains_under_the_mean_field_elbo_without_warnings(

@@ -95,7 +95,7 @@ def test_sngp_spec_errors_name_the_field(tmp_path):
 def test_the_median_heuristic_is_the_median_pairwise_distance():
     from scipy.spatial.distance import pdist
 
-    from probtrans.gp.sngp import median_distance
+    from probtrans.gp.kernels import median_distance
 
     features = torch.randn(31, 7, generator=torch.Generator().manual_seed(3))
     assert median_distance(features) == pytest.approx(float(np.median(pdist(features.numpy()))))

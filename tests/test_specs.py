@@ -327,3 +327,20 @@ def test_a_network_and_its_data_in_words_name_what_was_trained():
     assert NetworkSpec().in_words() == "softmax attention"
     files = DataSpec.model_validate({"train": "../data/train.tsv", "kind": "text"})
     assert (files.in_words(), DataSpec(name="cola").in_words()) == ("train.tsv", "cola")
+
+
+def test_sgpa_lengthscale_keys_with_the_exponential_kernel_is_refused_naming_the_field(tmp_path):
+    """The median distance between keys is an ARD length scale; the exponential kernel's ℓ
+    scales a dot product, and "keys" there is one line naming the field."""
+    from probtrans.errors import ConfigError
+    from probtrans.resolve import load_model_spec
+
+    spec = tmp_path / "model.toml"
+    table = '{ kind = "sgpa", kernel = "exponential", lengthscale = "keys" }'
+    spec.write_text(f'[data]\nname = "digits"\n[model.swap]\nattention = {table}\n')
+    with pytest.raises(ConfigError) as refused:
+        load_model_spec(spec)
+    message = str(refused.value)
+    assert f"{spec}: model.swap.attention.lengthscale = 'keys': the median distance" in message
+    assert "of the 'ard' kernel, not of 'exponential': give a number" in message
+    assert "\n" not in message

@@ -65,3 +65,11 @@ def gram(kernel: Kernel, x1: Tensor, x2: Tensor) -> Tensor:
     or float64 (that of the inputs, if wider), never in an autocast region's bfloat16."""
     with autocast_off(x1):
         return kernel(full_precision(x1), full_precision(x2)).to_dense()
+
+
+def median_distance(features: Tensor) -> float:
+    """The median Euclidean distance between distinct rows of ``features`` (N, D): the RBF
+    length scale of the median heuristic, at which the kernel of a typical pair is e^(−½)."""
+    distances = torch.cdist(features.double(), features.double())
+    pairs = torch.triu_indices(len(features), len(features), offset=1)
+    return float(distances[pairs[0], pairs[1]].median())

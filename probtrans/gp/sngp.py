@@ -70,7 +70,7 @@ def spectral_normalise(module: nn.Module, bound: float, iterations: int = 1) -> 
 class RandomFeatures(nn.Module):
     """φ(h) = √(2/M) cos(Ω h / ℓ + b): (…, D) → (…, M), with Ω (M, D), b (M,) and ℓ fixed
     buffers (ℓ is kept in the checkpoint: a backbone's is measured on its features,
-    :func:`median_distance`)."""
+    :func:`~probtrans.gp.kernels.median_distance`)."""
 
     def __init__(self, d_in: int, n_features: int, lengthscale: float) -> None:
         super().__init__()
@@ -93,11 +93,3 @@ def _lengthscale_of_older_checkpoints(
 ) -> None:
     """A checkpoint written before ℓ was a buffer keeps the ℓ the module was built with."""
     state.setdefault(prefix + "lengthscale", module.lengthscale.detach().clone())
-
-
-def median_distance(features: Tensor) -> float:
-    """The median Euclidean distance between distinct rows of ``features`` (N, D): the RBF
-    length scale of the median heuristic, at which the kernel of a typical pair is e^(−½)."""
-    distances = torch.cdist(features.double(), features.double())
-    pairs = torch.triu_indices(len(features), len(features), offset=1)
-    return float(distances[pairs[0], pairs[1]].median())

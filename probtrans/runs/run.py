@@ -48,6 +48,7 @@ from probtrans.runtime.caller_state import (
 )
 from probtrans.runtime.progress import no_thread_left
 from probtrans.specs import InferenceSpec, ModelSpec
+from probtrans.specs.attention import ATTENTION_OPTIONS
 from probtrans.specs.base import check_count, check_seed
 from probtrans.storage.checkpoint import UnreadableCheckpoint, load_checkpoint, require
 from probtrans.storage.io import DamagedFile, TemporaryFolder, read_json
@@ -392,15 +393,18 @@ def seeded_draws(
 def check_attention_options(path: Path, state: dict[str, Any], classifier: Classifier) -> None:
     """Refuse a network rebuilt with attention options other than those the checkpoint was
     trained with (a default that changed since: a swapped block's unset temperature, say),
-    naming the first option and the value to write in the model spec. Checkpoints from before
-    runs kept their options are not checked."""
+    naming the first option and the value to write in the model spec. An option the checkpoint
+    does not name (one added since) was built with its default. Checkpoints from before runs
+    kept their options are not checked."""
     if "attention_options" not in state:
         return
     kept = json.loads(state["attention_options"])
     built = classifier.attention_options()
     for layer, options in kept.items():
         rebuilt = built.get(layer, {})
-        for name, value in options.items():
+        fields = ATTENTION_OPTIONS.get(options["kind"], "kind").model_fields
+        older = {name: field.default for name, field in fields.items() if name not in options}
+        for name, value in {**options, **older}.items():
             if rebuilt.get(name) != value:
                 raise ProbtransError(
                     f"{path}: {layer} was trained with {name} = {value!r}, and its model spec "

@@ -15,10 +15,10 @@ import typing
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Discriminator, Tag
+from pydantic import Discriminator, Tag, model_validator
 
 from probtrans.registry import Registry
-from probtrans.specs.base import Positive, PositiveInt, Rate, Spec
+from probtrans.specs.base import Positive, PositiveInt, Rate, Spec, rule
 
 KernelName = Literal["exponential", "ard"]
 
@@ -115,9 +115,10 @@ BACKBONE_OUTPUTSCALE = 1e-3
 def in_backbone(options: Spec, d_head: int) -> Spec:
     """``options`` for a layer swapped into a pretrained backbone whose heads have ``d_head``
     dimensions: every option of the kind's ``backbone_defaults`` that the user did not set takes
-    that value (temperatures √d_head and length scales d_head^¼: the scale of the backbone's own
-    logits q·k / √d_head; SGPA's prior mean, the block's softmax attention)."""
-    defaults = getattr(type(options), "backbone_defaults", None)
+    that value (temperatures √d_head and exponential-kernel length scales d_head^¼: the scale
+    of the backbone's own logits q·k / √d_head; SGPA's ARD length scales measured on the
+    pretrained keys, its prior mean the block's softmax attention)."""
+    defaults = getattr(options, "backbone_defaults", None)
     if defaults is None:
         return options
     update = {
@@ -201,11 +202,16 @@ class SGPAOptions(Spec):
     kernel of pretrained keys is not (exp(23.8) on all-MiniLM-L6-v2's top blocks)."""
     n_inducing: PositiveInt = 16
     """M_g global inducing points per layer and head."""
-    lengthscale: Positive = 8.0
+    lengthscale: Positive | Literal["keys"] = 8.0
     """Initial length scales ℓ_i. The default (the digits and CIFAR-10 specs') is a smooth
     kernel over layer-normalised tokens; the authors' text setting, with the exponential
-    kernel, is ℓ = 54.6. Swapped into a pretrained backbone, unset: d_head ** 0.25, so that
-    ℓ² = √d_head, the scale of the backbone's own logits q·k / √d_head."""
+    kernel, is ℓ = 54.6. ``"keys"``, for the ``ard`` kernel in a pretrained backbone: per head,
+    the median distance between the keys of the block's pretrained tokens (the median
+    heuristic), measured when the layer starts from them. Swapped into a pretrained backbone,
+    unset: ``"keys"`` with the ``ard`` kernel (on all-MiniLM-L6-v2's top blocks, 6.2 and 7.1,
+    where d_head ** 0.25 = 2.4 left a typical key with a kernel of 0.02 to its nearest global
+    key), d_head ** 0.25 with the exponential one, so that ℓ² = √d_head, the scale of the
+    backbone's own logits q·k / √d_head."""
     outputscale: Positive = 0.1
     """Initial signal variance σ_f²: small, so the layer's noise starts small next to the
     residual stream (the authors' text setting: 0.0183). At σ_f² = 1 with the exponential
@@ -213,6 +219,13 @@ class SGPAOptions(Spec):
     Swapped into a pretrained backbone, unset: :data:`BACKBONE_OUTPUTSCALE`."""
     jitter: Positive = 1e-6
     """Added to K_gg's diagonal; ten times more after every failed Cholesky."""
+    inducing_map: Literal["layernorm", "identity"] = "layernorm"
+    """G, the map of the global inducing locations Z_g before the key projection: a LayerNorm
+    of the layer's own (for pre-LN blocks, whose attention receives layer-normalised tokens),
+    or the identity, Z_g in the space of the block's input tokens. Swapped into a pretrained
+    backbone, unset: identity, so that Z_g, started at pretrained tokens, gives their keys (a
+    new LayerNorm maps the tokens of a post-LN block such as BERT's elsewhere: on
+    all-MiniLM-L6-v2 they moved by 52–78 %)."""
     sampling: Literal["marginal", "full"] = "marginal"
     """F | u_g per token (the authors'), or jointly over tokens."""
     prior_mean: Literal["zero", "softmax"] | None = None
@@ -224,13 +237,24 @@ class SGPAOptions(Spec):
     alone is far from it: on all-MiniLM-L6-v2's top blocks the keys' exponential kernel reaches
     exp(23.8), and even the key-to-key softmax is 120–190 % away from the block's output)."""
 
-    @staticmethod
-    def backbone_defaults(d_head: int) -> dict[str, float | str]:
+    def backbone_defaults(self, d_head: int) -> dict[str, float | str]:
         return {
-            "lengthscale": d_head**0.25,
+            "lengthscale": "keys" if self.kernel == "ard" else d_head**0.25,
             "outputscale": BACKBONE_OUTPUTSCALE,
             "prior_mean": "softmax",
+            "inducing_map": "identity",
         }
+
+    @model_validator(mode="after")
+    def _keys_need_ard(self) -> SGPAOptions:
+        if self.lengthscale == "keys" and self.kernel != "ard":
+            raise rule(
+                "lengthscale",
+                "keys",
+                f"the median distance between keys is a length scale of the 'ard' kernel, "
+                f"not of {self.kernel!r}: give a number",
+            )
+        return self
 
 
 @attention_kind
