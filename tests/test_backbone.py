@@ -780,7 +780,7 @@ def test_a_fitted_run_takes_the_backbone_defaults_of_the_options_its_spec_left_u
         if kind == "h_sto":
             assert (layer.tau1, layer.tau2) == (pytest.approx(8**0.5), 3.0)
         else:
-            assert layer.prior_mean == "softmax" and layer.options.outputscale == 1e-3
+            assert layer.prior_mean == "softmax" and layer.options.outputscale == 1.0
             assert layer.options.lengthscale == "keys"  # measured on the pretrained keys
             assert isinstance(layer.inducing_map, torch.nn.Identity)
 
