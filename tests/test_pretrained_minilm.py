@@ -83,8 +83,8 @@ def test_softmax_swapped_into_minilm_gives_its_own_hidden_states(layers):
 
 
 def test_an_unset_temperature_follows_the_backbones_head_size():
-    """MiniLM's heads have 384 / 12 = 32 dimensions: H-STO's unset τ is √32, SGPA's ℓ 32^¼ (and
-    its σ_f² small); a value given is kept."""
+    """MiniLM's heads have 384 / 12 = 32 dimensions: H-STO's unset τ is √32, SGPA's ℓ with the
+    exponential kernel 32^¼ (and its σ_f² the backbone default); a value given is kept."""
     model = minilm_model()
     (top,) = swap_blocks(model, [-1], "h_sto", tau2=3.0)
     assert top.module.attn.tau1 == pytest.approx(32**0.5)

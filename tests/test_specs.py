@@ -344,3 +344,19 @@ def test_sgpa_lengthscale_keys_with_the_exponential_kernel_is_refused_naming_the
     assert f"{spec}: model.swap.attention.lengthscale = 'keys': the median distance" in message
     assert "of the 'ard' kernel, not of 'exponential': give a number" in message
     assert "\n" not in message
+
+
+def test_sgpa_lengthscale_keys_without_a_backbone_is_refused_naming_the_field(tmp_path):
+    """Without a pretrained backbone no keys start the layer, so "keys" would be measured on
+    nothing: one line naming the field."""
+    from probtrans.errors import ConfigError
+    from probtrans.resolve import load_model_spec
+
+    spec = tmp_path / "model.toml"
+    spec.write_text(
+        '[data]\nname = "digits"\n[model.attention]\nkind = "sgpa"\nlengthscale = "keys"\n'
+    )
+    with pytest.raises(
+        ConfigError, match="model.attention.lengthscale = 'keys': needs model.backbone"
+    ):
+        load_model_spec(spec)

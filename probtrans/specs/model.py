@@ -309,6 +309,8 @@ class NetworkSpec(Spec):
                 "train_backbone": self.train_backbone,
                 "prior.weights": "lora" if self.prior.weights == "lora" else None,
             }
+            if getattr(self.attention, "lengthscale", None) == "keys":
+                needs_backbone["attention.lengthscale"] = "keys"  # measured on pretrained keys
             given = [(field, value) for field, value in needs_backbone.items() if value is not None]
             if given:
                 raise rule(*given[0], "needs model.backbone (a pretrained model)")
