@@ -9,7 +9,7 @@ import math
 import typing
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import jsonschema
 import pytest
@@ -28,11 +28,13 @@ BAD_NUMBERS = (math.nan, math.inf, -math.inf)
 
 # ------------------------------------------------------------------ every numeric field
 def unwrap(annotation: Any) -> Any:
-    """``Annotated[X, ...]`` → X; ``X | None`` → X."""
+    """``Annotated[X, ...]`` → X; ``X | None`` and ``X | Literal[...]`` (a number or a named
+    choice, as SGPA's ``lengthscale = "keys"``) → X."""
     while typing.get_origin(annotation) is Annotated:
         annotation = typing.get_args(annotation)[0]
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if type(None) in typing.get_args(annotation) and len(args) == 1:
+    given = typing.get_args(annotation)
+    args = [a for a in given if a is not type(None) and typing.get_origin(a) is not Literal]
+    if len(args) == 1 and len(given) > 1:
         return unwrap(args[0])
     return annotation
 
