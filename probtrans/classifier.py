@@ -133,6 +133,8 @@ class PyroClassifier(PyroModule):
             super().__init__()
         #: the sites of the weights that carry priors → their initial values (guides start there)
         self.prior_sites: dict[str, Tensor] = {}
+        #: the same sites → their prior's standard deviation
+        self.prior_scales: dict[str, float] = {}
         #: refuse a call outside any Pyro handler, which would draw the weights from their
         #: priors (off once the weights are fixed, as in ``Run.module``)
         self.refuses_prior_draws = False
@@ -184,6 +186,7 @@ class PyroClassifier(PyroModule):
         start."""
         param = getattr(module, name)
         self.prior_sites[site] = param.detach().clone()
+        self.prior_scales[site] = scale
         delattr(module, name)
         if not hasattr(module, "prior_loc"):
             module.register_buffer("prior_loc", param.new_zeros(()), persistent=False)

@@ -47,6 +47,14 @@ def hessian(features: Tensor, head: Tensor) -> Tensor:
     return blocks.reshape(head.numel(), head.numel())
 
 
+def hessian_diagonal(features: Tensor, head: Tensor) -> Tensor:
+    """The diagonal of :func:`hessian`, shaped as the head: H_(c, j)(c, j) = Σ_n p_nc (1 − p_nc)
+    φ̃_nj²; features (N, D), head (C, D+1) → (C, D+1), without the (C(D+1))² matrix."""
+    phi = _augment(features.double())
+    probs = torch.softmax(phi @ head.double().T, dim=-1)  # (N, C)
+    return (probs * (1 - probs)).T @ phi.square()
+
+
 @dataclass
 class LastLayerLaplace:
     """N(θ_MAP, (H + λ I)⁻¹) over the head θ = [W b] (C, D+1)."""

@@ -7,7 +7,9 @@ the classifier's and the guide's parameters (Pyro's loop for PyroModules that ke
 parameters locally; see :mod:`probtrans.contract`). The guide is the one the inference spec names,
 or one given in Python (:data:`~probtrans.inference.guide_builder.GuideChoice`); a guide with a
 ``laplace_approximation`` (``AutoLaplaceApproximation``) is trained as MAP and then replaced by
-its Laplace approximation at the best state, on the whole training set. With a
+its Laplace approximation at the best state, on the whole training set; with ``guide.head_scales =
+"fixed_point"`` a mean-field guide's head scales are set at the ELBO's fixed point for their means
+at the best state (:mod:`~probtrans.inference.head_variances`). With a
 :class:`Resumable`, the whole training state is saved after every epoch and an interrupted fit
 continues from its last finished epoch, drawing the same batches and random numbers it would have
 drawn without the interruption.
@@ -49,6 +51,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,6 +64,7 @@ import pyro.util
 import torch
 from pyro import poutine
 from pyro.infer import Trace_ELBO
+from pyro.infer.autoguide import AutoNormal
 from pyro.optim.clipped_adam import ClippedAdam
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
@@ -77,6 +81,7 @@ from probtrans.inference.guide_builder import (
     guide_parameters,
     spread_parameters,
 )
+from probtrans.inference.head_variances import head_fixed_point, head_guide, put_head_scales
 from probtrans.inference.objective import (
     TERMS,
     KLWeight,
@@ -613,6 +618,11 @@ def train_classifier(
     classifier.to(device)
     classifier.paths = spec.paths.model_dump()  # the spec's [paths] overrides, in every call
     svi = SVITraining(classifier, data, spec, seed, device, guide, processes)
+    head_part = None
+    if spec.guide.head_scales == "fixed_point":  # checked before anything trains
+        head_part = head_guide(
+            classifier, svi.guide, spec.elbo.kl_weight, f"{spec.file}: guide.head_scales"
+        )
     state = TrainingState()
     saved = processes.share(lambda: None if resumable is None else resumable.saved)
     if saved is not None:
@@ -670,6 +680,8 @@ def train_classifier(
     bar.close()
     classifier.load_state_dict(state.best.model_state)
     svi.guide_state.load_state_dict(state.best.guide_state)
+    if head_part is not None:
+        state.best = fixed_point_head(svi, head_part, state.best, progress)
     elbo_terms = processes.share(lambda: svi.training_set_elbo(seed))
     trained = svi.guide
     if hasattr(trained, "laplace_approximation"):
@@ -677,6 +689,33 @@ def train_classifier(
     return TrainResult(
         trained, state.history, state.best, state.seconds, state.epoch_seconds, elbo_terms
     )
+
+
+def fixed_point_head(
+    svi: SVITraining, part: AutoNormal, best: BestState, progress: bool
+) -> BestState:
+    """The kept state with ``part``'s head scales at the ELBO's fixed point
+    (:mod:`~probtrans.inference.head_variances`), computed on the main process and set on
+    every process; says how far they moved on stderr when ``progress``."""
+    spec = svi.spec
+    weight, bias = svi.processes.share(
+        lambda: head_fixed_point(
+            svi.classifier,
+            svi.guide,
+            svi.data.train,
+            spec.elbo.kl_weight,
+            spec.predictive.batch_size,
+            svi.device,
+        )
+    )
+    before, after = put_head_scales(part, weight, bias)
+    if progress and svi.processes.is_main:
+        print(
+            f"note: guide.head_scales = 'fixed_point': the head's posterior standard deviations "
+            f"set at the ELBO's fixed point for their means (median {before:.3g} → {after:.3g})",
+            file=sys.stderr,
+        )
+    return dataclasses.replace(best, guide_state=copy.deepcopy(svi.guide_state.state_dict()))
 
 
 def laplace_guide(guide: Callable, data: DataBundle, device: str) -> Callable:

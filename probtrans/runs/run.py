@@ -376,7 +376,7 @@ class Run(TemporaryFolder):
             module = network.get_submodule(owner)
             delattr(module, name)
             setattr(module, name, nn.Parameter(value.detach().clone()))
-        network.prior_sites, network.refuses_prior_draws = {}, False
+        network.prior_sites, network.prior_scales, network.refuses_prior_draws = {}, {}, False
         return TrainedNetwork(keep_params_local(network), self.data, self.text_columns()).eval()
 
 

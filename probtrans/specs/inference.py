@@ -32,6 +32,12 @@ class GuideSpec(Spec):
     """lowrank: where the low-rank part goes; ``auto``: the last layer of large nets."""
     max_lowrank_dims: PositiveInt = 20_000
     """lowrank, sites = "auto": nets with more latent dimensions get it on the last layer."""
+    head_scales: Literal["learned", "fixed_point"] = "learned"
+    """normal: the head's posterior standard deviations as SVI leaves them, or, once training
+    ends, set at the ELBO's fixed point for the head's learned means (``fixed_point``,
+    :mod:`probtrans.inference.head_variances`). Adam moves a scale by about its rate per step,
+    so after a fine-tuning's few hundred steps the head's scales are still near ``init_scale``
+    wherever the ELBO would put them (see ``optim.scale_lr``)."""
     inducing: str = "cholesky"
     """Guide of the whitened SGPA inducing variables u_g, registered in
     ``probtrans.guides.inducing.INDUCING_GUIDES``."""
