@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from probtrans.classifier import Classifier
 from probtrans.data import DataSplit
 from probtrans.errors import ConfigError
-from probtrans.inference.laplace import hessian_diagonal
+from probtrans.inference.laplace import head_matrix, hessian_diagonal
 from probtrans.inference.predictive import global_sites, sample_predictive
 
 #: the head's two sites, as ``PyroClassifier.put_priors`` names them
@@ -43,7 +43,7 @@ def fixed_point_scales(
 ) -> tuple[Tensor, Tensor]:
     """σ = (1/s² + diag H / β)^(−1/2) of the head's weight (C, D) and bias (C,) from the training
     features (N, D) and the head's means ``weight``, ``bias``."""
-    head = torch.cat([weight, bias[:, None]], dim=1).detach().to(features.device, torch.float64)
+    head = head_matrix(weight, bias, features.device)
     precision = prior_scale**-2 + hessian_diagonal(features, head) / kl_weight  # (C, D+1)
     scales = precision.rsqrt().to(weight.dtype)
     return scales[:, :-1], scales[:, -1]

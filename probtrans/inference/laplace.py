@@ -32,6 +32,12 @@ def _augment(features: Tensor) -> Tensor:
     return torch.cat([features, torch.ones_like(features[..., :1])], dim=-1)
 
 
+def head_matrix(weight: Tensor, bias: Tensor, device: torch.device | str) -> Tensor:
+    """θ = [W b] (C, D+1) from the head's ``weight`` (C, D) and ``bias`` (C,), detached, in
+    float64 on ``device``."""
+    return torch.cat([weight, bias[:, None]], dim=1).detach().to(device, torch.float64)
+
+
 def hessian(features: Tensor, head: Tensor) -> Tensor:
     """H = Σ_n (diag(p_n) − p_n p_nᵀ) ⊗ φ̃_n φ̃_nᵀ; features (N, D), head (C, D+1) → (C(D+1))²."""
     phi = _augment(features.double())
@@ -67,7 +73,7 @@ class LastLayerLaplace:
     def fit(cls, features: Tensor, weight: Tensor, bias: Tensor) -> LastLayerLaplace:
         """From training features (N, D) and the MAP head ``weight`` (C, D), ``bias`` (C,) (on
         any device: the approximation lives on the device of the features)."""
-        head = torch.cat([weight, bias[:, None]], dim=1).detach().to(features.device, torch.float64)
+        head = head_matrix(weight, bias, features.device)
         return cls(head, hessian(features, head))
 
     def sample_heads(self, samples: int, generator: torch.Generator) -> Tensor:
