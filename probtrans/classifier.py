@@ -255,12 +255,18 @@ class PyroClassifier(PyroModule):
                 features = self.feature_map(self.encode(inputs, mask))  # (B, D)
                 logits = full_precision(self.head(features))  # float32 in an autocast region
                 if outputs_recorded():  # not in the training objective
+                    probs, energy = head_outputs(logits)
                     pyro.deterministic("features", features, event_dim=1)
-                    pyro.deterministic("probs", logits.softmax(-1), event_dim=1)
-                    energy = -logits.logsumexp(-1)  # free energy (Liu et al. 2020)
+                    pyro.deterministic("probs", probs, event_dim=1)
                     pyro.deterministic("energy", energy)
                 pyro.sample("obs", dist.Categorical(logits=logits), obs=labels)
             return logits
+
+
+def head_outputs(logits: Tensor) -> tuple[Tensor, Tensor]:
+    """The class probabilities (..., C) and the free energy −log Σ_c exp(logit_c) (...) (Liu
+    et al. 2020) of the head's ``logits`` (..., C): the ``probs`` and ``energy`` sites."""
+    return logits.softmax(-1), -logits.logsumexp(-1)
 
 
 def trains_backbone(net: NetworkSpec) -> bool:

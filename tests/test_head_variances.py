@@ -102,7 +102,7 @@ def test_a_fit_keeps_the_fixed_point_head_scales(tmp_path, tiny_model_file, caps
 @pytest.mark.parametrize(
     "inference,kl_weight,message",
     [
-        ("map", None, "sets a mean-field Gaussian guide's head scales"),
+        ("map", None, "needs a mean-field Gaussian guide over the head"),
         ("mfvi", 0, "elbo.kl_weight = 0"),
     ],
 )

@@ -32,10 +32,7 @@ from probtrans.classifier import Classifier
 from probtrans.data import DataSplit
 from probtrans.errors import ConfigError
 from probtrans.inference.laplace import head_matrix, hessian_diagonal
-from probtrans.inference.predictive import global_sites, sample_predictive
-
-#: the head's two sites, as ``PyroClassifier.put_priors`` names them
-HEAD_SITES = ("head.weight", "head.bias")
+from probtrans.inference.predictive import HEAD_SITES, global_sites, sample_predictive
 
 
 def fixed_point_scales(
@@ -49,27 +46,37 @@ def fixed_point_scales(
     return scales[:, :-1], scales[:, -1]
 
 
-def head_guide(classifier: Classifier, guide: object, kl_weight: float, field: str) -> AutoNormal:
+def head_guide(classifier: Classifier, guide: object, setting: str) -> AutoNormal:
     """The ``AutoNormal`` (the normal guide, or a part of an ``AutoGuideList``) over the head's
-    sites; a ``ConfigError`` naming ``field`` where there is none or the KL has no weight."""
-    if kl_weight == 0:
+    sites, which draws the head independently of every other site; a ``ConfigError`` that
+    starts with ``setting`` (the field and its value) where there is none."""
+    if not HEAD_SITES <= set(classifier.prior_sites):
         raise ConfigError(
-            f"{field} = 'fixed_point': with elbo.kl_weight = 0 the ELBO puts every scale at 0 "
-            f"(a point estimate); use 'learned', or a positive kl_weight"
-        )
-    if not all(site in classifier.prior_sites for site in HEAD_SITES):
-        raise ConfigError(
-            f"{field} = 'fixed_point': the head has no prior (model.prior.weights = 'none'), so "
-            f"it has no posterior to set; use 'learned'"
+            f"{setting}: the head has no prior (model.prior.weights = 'none'), so it has no "
+            f"posterior"
         )
     modules = guide.modules() if isinstance(guide, nn.Module) and hasattr(guide, "median") else []
     for module in modules:
         if isinstance(module, AutoNormal) and "head" in dict(module.locs.named_children()):
             return module
     raise ConfigError(
-        f"{field} = 'fixed_point': sets a mean-field Gaussian guide's head scales (guide.name = "
-        f"'normal'); this guide has none over the head ({type(guide).__name__}); use 'learned'"
+        f"{setting}: needs a mean-field Gaussian guide over the head (guide.name = 'normal'); "
+        f"this guide has none ({type(guide).__name__})"
     )
+
+
+def fixed_point_guide(
+    classifier: Classifier, guide: object, kl_weight: float, field: str
+) -> AutoNormal:
+    """:func:`head_guide` for ``guide.head_scales = "fixed_point"`` (``field``), which also
+    needs a KL term: a ``ConfigError`` naming ``field`` where the KL has no weight."""
+    setting = f"{field} = 'fixed_point'"
+    if kl_weight == 0:
+        raise ConfigError(
+            f"{setting}: with elbo.kl_weight = 0 the ELBO puts every scale at 0 (a point "
+            f"estimate); use 'learned', or a positive kl_weight"
+        )
+    return head_guide(classifier, guide, f"{setting} (else use 'learned')")
 
 
 @torch.no_grad()

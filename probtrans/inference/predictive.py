@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pyro
+import pyro.distributions as dist
 import torch
 from pyro import poutine
 from pyro.infer import Predictive
@@ -24,7 +25,7 @@ from torch import Tensor, nn
 
 from probtrans.analysis.elpd import arviz
 from probtrans.attention import attention_sites, inducing_sites
-from probtrans.classifier import Classifier
+from probtrans.classifier import Classifier, head_outputs
 from probtrans.data import DataSplit
 from probtrans.inference.objective import self_guided
 from probtrans.runtime.caller_state import local_params
@@ -33,18 +34,50 @@ from probtrans.runtime.progress import progress_bar
 az = arviz()
 
 
+#: the global sites of the linear head (a last-layer prior)
+HEAD_SITES = frozenset({"head.weight", "head.bias"})
+
+
 @local_params()
 @torch.no_grad()
 def posterior_draws(
-    guide: Callable, samples: int, split: DataSplit, device: str | torch.device = "cpu"
+    guide: Callable,
+    samples: int,
+    split: DataSplit,
+    device: str | torch.device = "cpu",
+    head_draws: int = 1,
 ) -> dict[str, Tensor]:
     """S draws of every global site of ``guide`` (weights, inducing variables): name → (S, ...),
     on the device of the guide's parameters (the guide is called on a row of ``split`` on
-    ``device``)."""
+    ``device``).
+
+    ``head_draws`` = M > 1: draws s = kM, ..., kM + M − 1 share the sites below the head
+    (:data:`HEAD_SITES`), those of draw kM, and each has its own head, so that the S draws ask
+    for ⌈S/M⌉ passes of the network (:func:`sample_predictive` evaluates each head on its
+    group's features). Each draw is still one of q's only where q draws the head independently
+    of the rest (a mean-field head: :func:`probtrans.inference.head_variances.head_guide`
+    checks it)."""
     _, inputs, mask, _ = next(split.batches(1))
     mask = None if mask is None else mask.to(device)
     draws = Predictive(guide, num_samples=samples)(inputs.to(device), mask)
-    return {name: value.detach() for name, value in draws.items()}
+    shared = torch.arange(samples) // head_draws * head_draws  # draw s's network: draw shared[s]
+    return {
+        name: value.detach() if name in HEAD_SITES else value.detach()[shared.to(value.device)]
+        for name, value in draws.items()
+    }
+
+
+def network_groups(draws: dict[str, Tensor]) -> list[tuple[int, int]]:
+    """The runs [start, stop) of consecutive draws that differ in the head's sites alone (each
+    draw its own run where the head is not drawn): one network, evaluated once for them."""
+    count = len(next(iter(draws.values()))) if draws else 1
+    if not HEAD_SITES <= set(draws):
+        return [(s, s + 1) for s in range(count)]
+    below = [value.reshape(count, -1) for name, value in draws.items() if name not in HEAD_SITES]
+    starts = [0] + [
+        s for s in range(1, count) if any(not torch.equal(v[s], v[s - 1]) for v in below)
+    ]
+    return list(zip(starts, [*starts[1:], count], strict=True))
 
 
 def global_sites(classifier: Classifier) -> list[str]:
@@ -113,15 +146,19 @@ def sample_predictive(
         }
     model = classifier if attention else self_guided(classifier)
     draws = posterior_draws(guide, samples, split, device) if draws is None else draws
-    folded = is_point_mass(draws)
     # without local randomness a point-mass posterior has one predictive: compute it once
     local = mc_dropout or bool(local_sites)
-    replicas = samples if local else 1
-    # one (draw, replicas) pair per pass over a batch
-    passes = [(0, replicas)] if folded else [(s, 1) for s in range(samples)]
+    # one pass over a batch per network: (its first draw, its draws, replicas, heads applied)
+    if is_point_mass(draws):
+        passes = [(0, samples, samples if local else 1, False)]
+    else:
+        passes = [
+            (start, stop - start, stop - start if local else 1, stop - start > 1)
+            for start, stop in network_groups(draws)
+        ]
     conditioned = [
         poutine.condition(model, data={name: value[s].to(device) for name, value in draws.items()})
-        for s, _ in passes
+        for s, *_ in passes
     ]
     was_training = classifier.training
     classifier.eval()
@@ -129,7 +166,7 @@ def sample_predictive(
         dropout_on(classifier)
     chunks: dict[str, list[np.ndarray]] = {name: [] for name in sites}
     located: list[Tensor] = []  # the split's row numbers of each batch
-    rows_per_pass = max(1, batch_size // passes[0][1])
+    rows_per_pass = max(1, batch_size // max(replicas for _, _, replicas, _ in passes))
     # rows in order of length, so that token batches carry little padding; order restored below
     batches = progress_bar(
         split.batches(rows_per_pass, trim=not attention, by_length=True),
@@ -143,24 +180,33 @@ def sample_predictive(
         located.append(index)
         n = len(inputs)
         outputs: dict[str, list[Tensor]] = {name: [] for name in sites}
-        for (_, replicas), run in zip(passes, conditioned, strict=True):
+        for (first, count, replicas, heads), run in zip(passes, conditioned, strict=True):
             rows = inputs.repeat(replicas, *[1] * (inputs.dim() - 1)).to(device)  # sample-major
             rows_mask = None if mask is None else mask.repeat(replicas, 1).to(device)
             with classifier.replicas_shared(replicas):
                 trace = poutine.trace(run).get_trace(rows, rows_mask)
+            values = {
+                name: node["value"].reshape(replicas, n, *node["value"].shape[1:])
+                for name, node in trace.nodes.items()
+                if name in sites or name == "features"
+            }
+            if heads:  # each draw's head on its replica of the network's features
+                values = {name: v.expand(count, *v.shape[1:]) for name, v in values.items()}
+                features = values["features"]  # (G, B, D)
+                weight = draws["head.weight"][first : first + count].to(device)  # (G, C, D)
+                bias = draws["head.bias"][first : first + count].to(device)  # (G, C)
+                logits = features.float() @ weight.float().mT + bias.float()[:, None]
+                probs, energy = head_outputs(logits)
+                obs = dist.Categorical(logits=logits).sample()
+                values |= {"probs": probs, "energy": energy, "obs": obs}
             for name in sites:
-                value = trace.nodes[name]["value"]
-                outputs[name].append(value.reshape(replicas, n, *value.shape[1:]))
+                outputs[name].append(values[name])
         for name in sites:
             value = torch.cat(outputs[name]).expand(samples, *outputs[name][0].shape[1:])
             chunks[name].append(value.cpu().numpy())  # (S, B, ...)
     classifier.train(was_training)
     order = torch.cat(located).argsort().numpy()
     return {name: np.concatenate(parts, axis=1)[:, order] for name, parts in chunks.items()}
-
-
-#: the global sites of the linear head (a last-layer prior)
-HEAD_SITES = frozenset({"head.weight", "head.bias"})
 
 
 def varies_in_the_head_only(draws: dict[str, Tensor]) -> bool:
@@ -209,10 +255,11 @@ def draw_predictive(
     a point-mass posterior would look uncertain to PSIS-LOO. The R replicas are the same random
     numbers for every draw (the local randomness is seeded with ``seed`` before each draw's
     pass: common random numbers), so rows differ by W_s alone. Cost, in passes over ``split``:
-    R for a point mass, which is evaluated once (→ one row), and for draws that differ in the
-    head alone (:func:`varies_in_the_head_only`: the network runs R times, each draw's head is
-    applied to its features); S × R otherwise (e.g. SGPA's u_g drawn from a Normal). A label
-    probability below float32's smallest normal number (≈ 1e-38) counts as that number.
+    R for a point mass, which is evaluated once (→ one row); G × R for draws that make G
+    networks below a drawn head (:func:`network_groups`: each network runs R times, each
+    draw's head is applied to its features; G = 1 for a last-layer prior, G = S when every draw
+    differs inside the network, e.g. SGPA's u_g drawn from a Normal). A label probability below
+    float32's smallest normal number (≈ 1e-38) counts as that number.
     """
     labels = split.labels.long()  # (N,)
     n_draws = len(next(iter(draws.values()))) if draws else 1
@@ -242,20 +289,23 @@ def draw_predictive(
             log_p.logsumexp(0) - mean_log
         ).exp().numpy()
 
-    if is_point_mass(draws) or not varies_in_the_head_only(draws):
+    if is_point_mass(draws) or not HEAD_SITES <= set(draws):
         tiny = float(np.finfo(np.float32).tiny)
         per_draw = [
             replicated({name: value[s : s + 1] for name, value in draws.items()})["probs"]
             for s in range(rows)
         ]  # each (R, N, C)
         pairs = [averaged(torch.as_tensor(p).clamp_min(tiny).log()) for p in per_draw]
-    else:
-        first = {name: value[:1] for name, value in draws.items()}
-        features = torch.as_tensor(replicated(first, ("features",))["features"])  # (R, N, D)
+    else:  # the network once per group of draws that differ in the head alone
         weight, bias = draws["head.weight"].cpu(), draws["head.bias"].cpu()  # (S, C, D), (S, C)
-        pairs = [
-            averaged((features @ weight[s].T + bias[s]).log_softmax(-1)) for s in range(n_draws)
-        ]
+        pairs = []
+        for start, stop in network_groups(draws):
+            first = {name: value[start : start + 1] for name, value in draws.items()}
+            features = torch.as_tensor(replicated(first, ("features",))["features"])  # (R, N, D)
+            pairs += [
+                averaged((features @ weight[s].T + bias[s]).log_softmax(-1))
+                for s in range(start, stop)
+            ]
     return np.stack([pair[0] for pair in pairs]), np.stack([pair[1] for pair in pairs])
 
 

@@ -81,7 +81,12 @@ from probtrans.inference.guide_builder import (
     guide_parameters,
     spread_parameters,
 )
-from probtrans.inference.head_variances import head_fixed_point, head_guide, put_head_scales
+from probtrans.inference.head_variances import (
+    fixed_point_guide,
+    head_fixed_point,
+    head_guide,
+    put_head_scales,
+)
 from probtrans.inference.objective import (
     TERMS,
     KLWeight,
@@ -620,9 +625,12 @@ def train_classifier(
     svi = SVITraining(classifier, data, spec, seed, device, guide, processes)
     head_part = None
     if spec.guide.head_scales == "fixed_point":  # checked before anything trains
-        head_part = head_guide(
+        head_part = fixed_point_guide(
             classifier, svi.guide, spec.elbo.kl_weight, f"{spec.file}: guide.head_scales"
         )
+    if spec.predictive.head_draws > 1:
+        setting = f"{spec.file}: predictive.head_draws = {spec.predictive.head_draws}"
+        head_guide(classifier, svi.guide, f"{setting} (else use 1)")
     state = TrainingState()
     saved = processes.share(lambda: None if resumable is None else resumable.saved)
     if saved is not None:

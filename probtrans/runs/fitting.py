@@ -364,7 +364,8 @@ def train_and_evaluate(
         else:  # a guide given in Python cannot be rebuilt from a file: keep its draws
             rng = pyro.util.get_rng_state()  # training goes on with the random state as it was
             samples = run.predictive_samples()
-            draws = seeded_draws(trained, samples, run.data.val, seed, device)
+            head_draws = run.inference_spec.predictive.head_draws
+            draws = seeded_draws(trained, samples, run.data.val, seed, device, head_draws)
             pyro.util.set_rng_state(rng)
             posterior = {"posterior_draws": {name: v.cpu() for name, v in draws.items()}}
         save_checkpoint(

@@ -148,7 +148,8 @@ class Run(TemporaryFolder):
                     f"{kept} samples"
                 )
             return {name: value[:samples] for name, value in self.draws.items()}
-        return seeded_draws(self.guide, samples, self.data.val, seed, self.device)
+        head_draws = self.inference_spec.predictive.head_draws
+        return seeded_draws(self.guide, samples, self.data.val, seed, self.device, head_draws)
 
     def kept_draws(self) -> int:
         """How many posterior draws the folder keeps for a guide given in Python (none is
@@ -381,13 +382,19 @@ class Run(TemporaryFolder):
 
 
 def seeded_draws(
-    guide: Callable, samples: int, split: DataSplit, seed: int, device: str = "cpu"
+    guide: Callable,
+    samples: int,
+    split: DataSplit,
+    seed: int,
+    device: str = "cpu",
+    head_draws: int = 1,
 ) -> dict[str, torch.Tensor]:
     """S draws of the guide's global sites, seeded: those :meth:`Run.posterior_samples` gives,
     and those a run folder keeps for a guide given in Python (the guide's parameters and
-    ``device`` alike)."""
+    ``device`` alike); ``head_draws`` as :func:`~probtrans.inference.predictive.posterior_draws`
+    takes it."""
     pyro.set_rng_seed(seed)
-    return posterior_draws(guide, samples, split, device)
+    return posterior_draws(guide, samples, split, device, head_draws)
 
 
 def check_attention_options(path: Path, state: dict[str, Any], classifier: Classifier) -> None:

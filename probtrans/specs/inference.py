@@ -140,6 +140,12 @@ class PredictiveSpec(Spec):
     samples: PositiveInt = 10
     batch_size: PositiveInt = 256
     """Rows per pass (examples × samples evaluated together)."""
+    head_draws: PositiveInt = 1
+    """M: the draws of the head per draw of the network below it, for a guide that draws the
+    head independently of the rest (``guide.name = "normal"``): the ``samples`` draws then take
+    ⌈samples/M⌉ passes of the network, each draw's head applied to its group's features. A
+    mean-field head's predictive varies with its draws; this averages many of them at the cost
+    of a few passes of the network."""
     replicas: PositiveInt = 10
     """R: draws of the local randomness (attention samples, SGPA outputs) averaged inside each
     pointwise likelihood of ``predictive.nc``, log (1/R) Σ_r p(y_n | W_s, â_r), so that it is
