@@ -121,7 +121,10 @@ def sample_predictive(
     the model runs on ``device``) are the same for every example. When they are all equal
     (point-mass guides) the S samples differ only in their local randomness (attention, dropout)
     and one pass evaluates all of them on the batch repeated S times (once, if the model has no
-    local randomness); otherwise each draw gets its own pass. A pass holds about ``batch_size``
+    local randomness); otherwise each network gets its own pass: a run of draws that differ in
+    the head alone (:func:`network_groups`, e.g. ``posterior_draws``' ``head_draws``) is one
+    network, run once (with local randomness, on the batch repeated once per draw, each draw its
+    own replica) and each draw's head applied to its features. A pass holds about ``batch_size``
     rows, whatever the size of ``split``. Each pass is what ``Predictive`` does for one draw
     (condition the model on it and trace), without the two shape-probing model passes
     ``Predictive`` adds to every call.
