@@ -1019,6 +1019,27 @@ def test_a_copied_run_folder_predicts_offline_without_the_backbone_folder(tmp_pa
 # ------------------------------------------------------------------ the backbone's tokenizer
 
 
+def test_a_run_without_its_saved_data_reads_the_texts_by_the_backbones_tokenizer(
+    tmp_path, monkeypatch
+):
+    """A run folder without ``data.json`` (written before runs kept their data, or holding
+    another run's) reads its model spec's ``[data]`` again: by the backbone's tokenizer, as
+    ``fit`` did, not by a word-level tokenizer trained on the texts, whose ids the pretrained
+    embedding would read as other words."""
+    folder = save_tiny_backbone("bert", tmp_path / "bert")
+    run = fit(tmp_path, write_spec(tmp_path, folder, "[model.prior]\nweights = 'none'\n"), "map")
+    kept = probtrans.Run.load(run.path)
+    monkeypatch.chdir(tmp_path)  # the spec's relative data path starts here
+    for name in ("data.json", "data.pt", "tokenizer.json"):
+        (run.path / name).unlink()
+    again = probtrans.Run.load(run.path)
+    for split in ("train", "test"):
+        assert torch.equal(getattr(again.data, split).inputs, getattr(kept.data, split).inputs)
+    texts = ["a wonderful film", "the worst plot", "bad acting and a dull ending"]
+    expected, given = kept.predict(texts)["p_0"], again.predict(texts)["p_0"]
+    np.testing.assert_allclose(given, expected, rtol=0, atol=1e-6)
+
+
 def test_runs_keep_the_backbone_tokenizer_and_roberta_padding_masks(tmp_path, backbones):
     from transformers import AutoTokenizer
 

@@ -28,7 +28,13 @@ from probtrans.errors import ProbtransError, in_file
 from probtrans.hub import kept_backbone
 from probtrans.inference.guide_builder import build_guide, guide_in_words
 from probtrans.inference.predictive import posterior_draws, sample_predictive
-from probtrans.resolve import load_inference_spec, load_model_spec, spec_folder
+from probtrans.resolve import (
+    as_backbone_reads,
+    load_inference_spec,
+    load_model_spec,
+    spec_folder,
+    with_local_backbone,
+)
 from probtrans.runs.folder import FEATURE_FILE
 from probtrans.runs.kept import (
     KeptPredictives,
@@ -430,7 +436,9 @@ def load_run(run_dir: str | Path, device: str = "cpu", data: DataBundle | None =
     the checkpoint then replaces).
 
     The data come from the folder (:mod:`probtrans.data.saved`); ``data`` replaces them. A run
-    written before runs kept their data reads its model spec's ``[data]``."""
+    written before runs kept their data, or holding another run's, reads its model spec's
+    ``[data]`` as :func:`~probtrans.runs.fitting.fit` read them: texts by the backbone's
+    tokenizer, images standardised as its image processor does (the backbone must be found)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ProbtransError(f"{run_dir}: no such run folder")
@@ -470,7 +478,9 @@ def load_run(run_dir: str | Path, device: str = "cpu", data: DataBundle | None =
             f"holds; pass it: Run.load(path, data=...)"
         )
     with in_file(model_spec.file):
-        data = load_data(model_spec.data, spec_folder(model_spec)) if data is None else data
+        if data is None:  # read again as ``fit`` read them: by the backbone's tokenizer, say
+            read_as, backbone = with_local_backbone(model_spec)
+            data = as_backbone_reads(load_data(read_as.data, spec_folder(model_spec)), backbone)
         kept = kept_backbone(run_dir) if model_spec.network.backbone is not None else None
         classifier = build_classifier(model_spec, data, kept).to(device)
     check_attention_options(path, state, classifier)
