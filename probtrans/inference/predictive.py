@@ -212,13 +212,6 @@ def sample_predictive(
     return {name: np.concatenate(parts, axis=1)[:, order] for name, parts in chunks.items()}
 
 
-def varies_in_the_head_only(draws: dict[str, Tensor]) -> bool:
-    """Whether the draws differ in the head's sites alone (:data:`HEAD_SITES`, both drawn): the
-    network below the head is then one function for every draw."""
-    below = {name: value for name, value in draws.items() if name not in HEAD_SITES}
-    return HEAD_SITES <= set(draws) and is_point_mass(below)
-
-
 @local_params()
 @torch.no_grad()
 def log_likelihood(

@@ -47,8 +47,8 @@ from probtrans.inference.predictive import (
     inference_data,
     is_point_mass,
     netcdf_bytes,
+    network_groups,
     sample_predictive,
-    varies_in_the_head_only,
 )
 from probtrans.runs.folder import (
     FEATURE_FILE,
@@ -178,7 +178,7 @@ def likelihoods(
     def first(count: int) -> dict[str, np.ndarray]:
         return {name: value[:count].cpu().numpy() for name, value in draws.items()}
 
-    cheap = is_point_mass(draws) or varies_in_the_head_only(draws)
+    cheap = is_point_mass(draws) or len(network_groups(draws)) == 1  # one network for all
     if spec.loo_samples == 0 or (spec.loo_samples is None and not cheap):
         note = (
             "no LOO: [predictive] loo_samples = 0"
