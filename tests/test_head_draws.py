@@ -18,6 +18,7 @@ from probtrans.inference.objective import self_guided
 from probtrans.inference.predictive import (
     HEAD_SITES,
     log_likelihood,
+    network_draws,
     network_groups,
     posterior_draws,
     sample_predictive,
@@ -48,6 +49,8 @@ def test_draws_share_their_network_in_groups_of_m_and_keep_their_own_heads(digit
         assert not torch.equal(draws[name][0], draws[name][4])
     heads = draws["head.weight"].flatten(1)
     assert len(torch.unique(heads, dim=0)) == 10  # every draw its own head
+    networks = network_draws(draws)  # what the features depend on: one draw per network
+    assert all(torch.equal(networks[name], draws[name][[0, 4, 8]]) for name in draws)
     pyro.set_rng_seed(0)
     plain = posterior_draws(guide, 10, digits.test)
     assert network_groups(plain) == [(s, s + 1) for s in range(10)]
