@@ -18,7 +18,6 @@ from probtrans.inference.objective import self_guided
 from probtrans.inference.predictive import (
     HEAD_SITES,
     log_likelihood,
-    network_draws,
     network_groups,
     posterior_draws,
     sample_predictive,
@@ -49,8 +48,6 @@ def test_draws_share_their_network_in_groups_of_m_and_keep_their_own_heads(digit
         assert not torch.equal(draws[name][0], draws[name][4])
     heads = draws["head.weight"].flatten(1)
     assert len(torch.unique(heads, dim=0)) == 10  # every draw its own head
-    networks = network_draws(draws)  # what the features depend on: one draw per network
-    assert all(torch.equal(networks[name], draws[name][[0, 4, 8]]) for name in draws)
     pyro.set_rng_seed(0)
     plain = posterior_draws(guide, 10, digits.test)
     assert network_groups(plain) == [(s, s + 1) for s in range(10)]
@@ -133,13 +130,32 @@ def with_head_draws(tmp_path, name: str, head_draws: int):
     return inference_file(tmp_path, f"{name}_heads.toml", text)
 
 
-def test_a_fit_evaluates_its_predictive_with_head_draws(tmp_path, tiny_model_file):
+def test_a_fit_evaluates_its_predictive_with_head_draws(tmp_path, tiny_model_file, monkeypatch):
+    """The predictive has every draw; the feature scores' training features, which the head does
+    not change, one draw per network."""
+    from probtrans.runs import evaluation
+
+    features = {}  # split size → the draws of the pass that reads that split's features
+
+    def spy(classifier, guide, split, samples, *args, draws=None, extra_sites=(), **kwargs):
+        if "features" in extra_sites and draws is not None:
+            features[len(split)] = {name: value.clone() for name, value in draws.items()}
+        return sample_predictive(
+            classifier, guide, split, samples, *args, draws=draws, extra_sites=extra_sites, **kwargs
+        )
+
+    monkeypatch.setattr(evaluation, "sample_predictive", spy)
     out = tmp_path / "run"
     fit(tiny_model_file, with_head_draws(tmp_path, "mfvi", 2), out=out, progress=False)
     run = Run.load(out)
     assert run.metrics["posterior_samples"] == 4
     draws = run.posterior_samples(4)
     assert network_groups(draws) == [(0, 2), (2, 4)]
+    train = features[len(run.data.train)]
+    assert network_groups(train) == [(0, 1), (1, 2)]
+    for name, value in train.items():
+        torch.testing.assert_close(value, draws[name][[0, 2]].to(value.device))
+    assert network_groups(features[len(run.data.test)]) == [(0, 2), (2, 4)]  # every draw
 
 
 def test_head_draws_refused_without_a_mean_field_head(tmp_path, tiny_model_file):

@@ -80,13 +80,6 @@ def network_groups(draws: dict[str, Tensor]) -> list[tuple[int, int]]:
     return list(zip(starts, [*starts[1:], count], strict=True))
 
 
-def network_draws(draws: dict[str, Tensor]) -> dict[str, Tensor]:
-    """The first draw of each of :func:`network_groups`: one per network, which is all that the
-    features below the head depend on."""
-    firsts = torch.tensor([start for start, _ in network_groups(draws)])
-    return {name: value[firsts.to(value.device)] for name, value in draws.items()}
-
-
 def global_sites(classifier: Classifier) -> list[str]:
     """The global sites of ``classifier``: its weights with priors and its inducing variables u_g
     (a guide's draws may hold more: an autoguide's ``*_unconstrained`` sites)."""

@@ -47,7 +47,6 @@ from probtrans.inference.predictive import (
     inference_data,
     is_point_mass,
     netcdf_bytes,
-    network_draws,
     network_groups,
     sample_predictive,
 )
@@ -222,9 +221,8 @@ def fit_run_feature_scores(
     folder: Path | None = None,
 ) -> FittedScores | None:
     """The feature-space scores of the run (``[predictive] feature_scores``), fitted on the
-    training split's pooled features averaged over the networks of the posterior ``draws`` (one
-    draw per :func:`~probtrans.inference.predictive.network_groups` group)
-    (:func:`probtrans.analysis.feature_scores.fit_feature_scores`) and written to
+    training split's pooled features averaged over the posterior ``draws``, one per network (every
+    ``head_draws``-th) (:func:`probtrans.analysis.feature_scores.fit_feature_scores`), written to
     ``feature_scores.npz``; a folder that keeps no training split keeps the scores it has (None
     if none, with a note). What a score says of some classes (one that falls back to the shared
     covariance, or has no training example) is a note.
@@ -247,7 +245,8 @@ def fit_run_feature_scores(
         return None
     if not path.is_file() and (folder / "metrics.json").is_file():
         print(f"note: {run.path}: fitting its feature scores ({FEATURE_FILE})", file=sys.stderr)
-    draws = network_draws(draws)  # the head does not change the features
+    # draws kM … kM + M − 1 (M = head_draws) differ in the head alone: the same features
+    draws = {name: value[:: spec.head_draws] for name, value in draws.items()}
     samples = min((len(value) for value in draws.values()), default=1)
     if train_features is not None:  # the mean of S equal draws: the first
         features = train_features()
