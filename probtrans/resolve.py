@@ -17,7 +17,7 @@ from pathlib import Path
 from probtrans.analysis.metrics import METRICS, UNCERTAINTY_SCORES, ranked_metric
 from probtrans.analysis.results import PLAIN
 from probtrans.data import DataBundle
-from probtrans.data.sources import DATA_SOURCES, is_image
+from probtrans.data.sources import DATA_SOURCES, is_image, load_data
 from probtrans.errors import ConfigError
 from probtrans.guides.inducing import INDUCING_GUIDES
 from probtrans.guides.weights import GUIDES
@@ -128,6 +128,13 @@ def as_backbone_reads(data: DataBundle, backbone: Backbone | None) -> DataBundle
     if statistics is None or len(statistics[0]) != (data.image_shape or (0,))[0]:
         return data
     return data.standardised(*statistics, f"the image processor of {backbone.ref}")
+
+
+def read_as_backbone(spec: ModelSpec) -> tuple[DataBundle, Backbone | None]:
+    """The data of ``spec``'s ``[data]`` as :func:`probtrans.runs.fitting.fit` reads them
+    (:func:`with_local_backbone`, then :func:`as_backbone_reads`), and the resolved backbone."""
+    read_as, backbone = with_local_backbone(spec)
+    return as_backbone_reads(load_data(read_as.data, spec_folder(spec)), backbone), backbone
 
 
 def spec_folder(spec: SpecFile) -> Path | None:

@@ -9,9 +9,8 @@ from pyro.distributions import Independent
 
 from probtrans.classifier import build_classifier
 from probtrans.contract import is_kl_term
-from probtrans.data import load_data
 from probtrans.errors import in_file
-from probtrans.resolve import as_backbone_reads, spec_folder, with_local_backbone
+from probtrans.resolve import read_as_backbone
 from probtrans.runtime.caller_state import local_params
 from probtrans.specs import ModelSpec
 
@@ -20,9 +19,8 @@ from probtrans.specs import ModelSpec
 def site_table(spec: ModelSpec, batch_size: int = 2) -> list[dict[str, str]]:
     """Trace the model of ``spec`` on ``batch_size`` training examples and list its sample sites:
     name, distribution class (unwrapping ``Independent``), batch shape, event shape, role."""
-    spec, backbone = with_local_backbone(spec)
     with in_file(spec.file):  # a data loader's or the embedding's ``data.patch_size = 3: ...``
-        data = as_backbone_reads(load_data(spec.data, spec_folder(spec)), backbone)
+        data, backbone = read_as_backbone(spec)
         classifier = build_classifier(spec, data, backbone)
     _, inputs, mask, labels = next(data.train.batches(batch_size))
     pyro.set_rng_seed(0)

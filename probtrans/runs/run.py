@@ -22,19 +22,13 @@ from probtrans.analysis.feature_scores import FittedScores
 from probtrans.analysis.results import PLAIN
 from probtrans.attention import inducing_sites
 from probtrans.classifier import Classifier, build_classifier
-from probtrans.data import DataBundle, DataSplit, load_data
+from probtrans.data import DataBundle, DataSplit
 from probtrans.data.saved import ForeignData, load_saved_bundle
 from probtrans.errors import ProbtransError, in_file
 from probtrans.hub import kept_backbone
 from probtrans.inference.guide_builder import build_guide, guide_in_words
 from probtrans.inference.predictive import posterior_draws, sample_predictive
-from probtrans.resolve import (
-    as_backbone_reads,
-    load_inference_spec,
-    load_model_spec,
-    spec_folder,
-    with_local_backbone,
-)
+from probtrans.resolve import load_inference_spec, load_model_spec, read_as_backbone
 from probtrans.runs.folder import FEATURE_FILE
 from probtrans.runs.kept import (
     KeptPredictives,
@@ -478,9 +472,8 @@ def load_run(run_dir: str | Path, device: str = "cpu", data: DataBundle | None =
             f"holds; pass it: Run.load(path, data=...)"
         )
     with in_file(model_spec.file):
-        if data is None:  # read again as ``fit`` read them: by the backbone's tokenizer, say
-            read_as, backbone = with_local_backbone(model_spec)
-            data = as_backbone_reads(load_data(read_as.data, spec_folder(model_spec)), backbone)
+        if data is None:  # as ``fit`` read them: texts by the backbone's tokenizer
+            data, _ = read_as_backbone(model_spec)
         kept = kept_backbone(run_dir) if model_spec.network.backbone is not None else None
         classifier = build_classifier(model_spec, data, kept).to(device)
     check_attention_options(path, state, classifier)
